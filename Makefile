@@ -1,0 +1,35 @@
+# The README's two commands: `make demo` (main job end to end) and `make test`.
+# Both set up everything on a fresh machine that has Python 3.11.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: install java demo test test-sail test-spark bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Classic PySpark (the reference engine of the transform tests) needs Java 17+.
+java:
+	@scripts/ensure-java.sh
+
+demo: install
+	$(BIN)/lakehouse demo
+
+# Every test on Sail, then the engine-dependent (`spark`-marked) tests on classic PySpark:
+# the two engines cannot share one Python process (DESIGN.md rule 10).
+test: install java
+	$(PYTEST) --engine sail
+	$(PYTEST) --engine spark -m spark
+
+bench: install
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .lakehouse lake

@@ -1,0 +1,1 @@
+"""Postgres change data capture into a Delta Lake lakehouse (bronze, silver, gold)."""

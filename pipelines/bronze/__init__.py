@@ -1,0 +1,1 @@
+"""Bronze: the raw change log and snapshot chunks, landed as Delta tables."""

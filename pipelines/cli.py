@@ -1,0 +1,122 @@
+"""`lakehouse`: the command line. Thin: parse, load config, call the verb's run function.
+
+Exit codes (DESIGN.md): 0 ok, 1 verification difference, 2 usage/config error,
+3 source problem, 4 data error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
+from pipelines.errors import LakehouseError
+
+log = logging.getLogger("lakehouse")
+
+DESCRIPTION = f"""\
+Postgres change data capture into a Delta Lake lakehouse.
+
+  Postgres --pgoutput slot--> ingest --> bronze (Delta change log)
+  bronze --Spark MERGE--> silver (current state) --Spark SQL--> gold (reports)
+
+Configuration is one YAML file (--config PATH or ${CONFIG_ENV}); the source DSN
+may come from ${DSN_ENV} so no password sits in a file.
+Exit codes: 0 ok, 1 verify found differences, 2 usage or config error,
+3 source problem (unreachable, wal_level, slot, privileges), 4 corrupt data."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakehouse", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="PATH",
+                        help=f"YAML config file (default: ${CONFIG_ENV})")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    setup = verbs.add_parser(
+        "setup", help="check the source and create the publication and slot (idempotent)",
+        description="Check wal_level, replication capacity, the REPLICATION privilege and "
+        "that every configured table has a primary key or replica identity index; then "
+        "create the publication and the pgoutput replication slot if missing. Safe to "
+        "run again: it changes nothing when everything is in place.")
+    setup.set_defaults(handler=_setup)
+
+    status = verbs.add_parser(
+        "status", help="replication lag and pipeline freshness",
+        description="Report the replication slot (active, lag in bytes, WAL retained).")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_status)
+
+    demo = verbs.add_parser(
+        "demo", help="run the pipeline end to end on embedded defaults",
+        description="Start an embedded Postgres with a time-tracking schema and seed rows "
+        "under --workdir, set up replication, and run the pipeline. Needs no --config; "
+        "writes WORKDIR/lakehouse.yml for the other verbs.")
+    demo.add_argument("--workdir", type=Path, default=Path(".lakehouse"),
+                      help="where the demo keeps its Postgres data and lake (default: %(default)s)")
+    demo.add_argument("--rows", type=int, default=20_000,
+                      help="time entries seeded before the slot exists (default: %(default)s)")
+    demo.add_argument("--fresh", action="store_true",
+                      help="delete the demo database and lake first")
+    demo.set_defaults(handler=_demo, needs_config=False)
+    return parser
+
+
+def _setup(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.source.setup import run_setup
+
+    report = run_setup(config.source)
+    print(f"tables:      {', '.join(report.tables)}")
+    print(f"publication: {config.source.publication} "
+          f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")
+    print(f"slot:        {config.source.slot} "
+          f"({'created' if report.slot_created else 'exists'}, at {report.slot_lsn})")
+    return 0
+
+
+def _status(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.status import print_status
+
+    return print_status(config, as_json=args.json)
+
+
+def _demo(args: argparse.Namespace, config: None) -> int:
+    from pipelines.demo.run import DemoOptions, run_demo
+
+    return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, fresh=args.fresh))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
+    handler: Callable[[argparse.Namespace, Config], int] = args.handler
+    try:
+        config = load_config(args.config) if getattr(args, "needs_config", True) else None
+        return handler(args, config)
+    except LakehouseError as exc:
+        log.debug("failed", exc_info=True)
+        print(f"lakehouse {args.verb}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"lakehouse {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    if verbose < 2:  # Spark Connect and gRPC chatter is noise to a pipeline operator
+        for noisy in ("py4j", "pyspark", "grpc", "urllib3"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The pipeline's one configuration: a YAML file loaded once into frozen dataclasses.
+
+Validation names the key, the bad value and what was expected, so a typo in a job's
+config fails at start-up with exit 2 instead of halfway through a backfill. Secrets
+come from the environment only (`LAKEHOUSE_SOURCE_DSN`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pipelines.errors import ConfigError
+
+CONFIG_ENV = "LAKEHOUSE_CONFIG"
+DSN_ENV = "LAKEHOUSE_SOURCE_DSN"
+ENGINES = ("local", "spark", "databricks")
+ALL_TABLES = "*"
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_$]*$")
+_QUALIFIED = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """The Postgres database to capture and the replication objects it uses."""
+
+    dsn: str
+    slot: str = "lakehouse"
+    publication: str = "lakehouse"
+    tables: tuple[str, ...] | str = ALL_TABLES  # "schema.table" names, or "*" for all
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    """Where the Delta tables live; every layer's path derives from it."""
+
+    path: Path = Path("lake")
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Micro-batching of the change stream into bronze."""
+
+    batch_rows: int = 50_000  # flush bronze after this many changes ...
+    batch_seconds: float = 1.0  # ... or this long after the first buffered change
+    status_interval_seconds: float = 10.0  # standby status updates and progress lines
+    spill_rows: int = 100_000  # a streamed transaction larger than this spills to disk
+
+
+@dataclass(frozen=True)
+class BackfillConfig:
+    """DBLog snapshot chunking."""
+
+    chunk_size: int = 20_000
+    parallel: int = 1
+
+
+@dataclass(frozen=True)
+class SilverConfig:
+    """Silver and gold refresh loop and tombstone retention."""
+
+    interval_seconds: float = 10.0
+    tombstone_retention_hours: float = 168.0
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """Classic PySpark settings for the `spark` engine."""
+
+    master: str = "local[*]"
+    jars: tuple[str, ...] = ()  # local delta-spark/delta-storage jars instead of Maven
+
+
+@dataclass(frozen=True)
+class DatabricksConfig:
+    """Unity Catalog names used by the `databricks` engine."""
+
+    catalog: str = "main"
+    silver_schema: str = "lakehouse_silver"
+    gold_schema: str = "lakehouse_gold"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a pipeline command needs, validated."""
+
+    source: SourceConfig
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    engine: str = "local"
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    backfill: BackfillConfig = field(default_factory=BackfillConfig)
+    silver: SilverConfig = field(default_factory=SilverConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    databricks: DatabricksConfig = field(default_factory=DatabricksConfig)
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Load and validate the config file (`path`, else $LAKEHOUSE_CONFIG)."""
+    env = os.environ if environ is None else environ
+    path = path or env.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(f"no config file: pass --config PATH or set {CONFIG_ENV}")
+    file = Path(path)
+    try:
+        raw = yaml.safe_load(file.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {file} is not valid YAML: {exc}") from exc
+    return parse_config(raw, base_dir=file.resolve().parent, environ=env)
+
+
+def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config:
+    """Validate a parsed YAML document; relative lake paths resolve against `base_dir`."""
+    top = _mapping(raw, "config")
+    _reject_unknown(top, Config, "")
+    source = dict(_mapping(top.get("source"), "source"))
+    if environ.get(DSN_ENV):
+        source["dsn"] = environ[DSN_ENV]
+    if not source.get("dsn"):
+        raise ConfigError(f"source.dsn is missing: set {DSN_ENV} in the environment "
+                          "(preferred, keeps the password out of files) or source.dsn")
+    source_cfg = _section(SourceConfig, source, "source")
+    _check_name(source_cfg.slot, "source.slot")
+    _check_name(source_cfg.publication, "source.publication")
+    source_cfg = _with_tables(source_cfg)
+
+    lake = _section(LakeConfig, _mapping(top.get("lake", {}), "lake"), "lake")
+    lake_path = Path(lake.path).expanduser()
+    lake = LakeConfig(path=lake_path if lake_path.is_absolute() else (base_dir / lake_path).resolve())
+
+    engine = top.get("engine", "local")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine: got {engine!r}, expected one of {', '.join(ENGINES)}")
+    return Config(
+        source=source_cfg,
+        lake=lake,
+        engine=engine,
+        ingest=_section(IngestConfig, _mapping(top.get("ingest", {}), "ingest"), "ingest"),
+        backfill=_section(BackfillConfig, _mapping(top.get("backfill", {}), "backfill"), "backfill"),
+        silver=_section(SilverConfig, _mapping(top.get("silver", {}), "silver"), "silver"),
+        spark=_section(SparkConfig, _mapping(top.get("spark", {}), "spark"), "spark"),
+        databricks=_section(DatabricksConfig, _mapping(top.get("databricks", {}), "databricks"),
+                            "databricks"),
+    )
+
+
+def _mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if value is None:
+        raise ConfigError(f"{key}: missing section, expected a mapping")
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: got {value!r}, expected a mapping of settings")
+    return value
+
+
+def _reject_unknown(values: Mapping[str, Any], cls: type, prefix: str) -> None:
+    known = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{prefix}{key}: unknown setting, expected one of "
+                              f"{', '.join(sorted(known))}")
+
+
+def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
+    """Build a section dataclass, checking each value against its default's type."""
+    _reject_unknown(values, cls, f"{name}.")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        key = f"{name}.{f.name}"
+        default = getattr(cls, f.name, None)
+        if isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            expected = "a positive whole number"
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            expected = "a positive number"
+        elif f.name == "jars":
+            ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
+            expected = "a list of jar paths"
+            value = tuple(value) if ok else value
+        elif f.name == "tables":
+            ok = value == ALL_TABLES or (isinstance(value, list) and value
+                                         and all(isinstance(t, str) for t in value))
+            expected = '"*" or a non-empty list of schema.table names'
+        else:
+            ok = isinstance(value, str) and value != ""
+            expected = "a non-empty string"
+        if not ok:
+            raise ConfigError(f"{key}: got {value!r}, expected {expected}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _check_name(value: str, key: str) -> None:
+    if not _IDENTIFIER.match(value):
+        raise ConfigError(f"{key}: got {value!r}, expected a lower-case Postgres "
+                          "identifier (letters, digits, _)")
+
+
+def _with_tables(source: SourceConfig) -> SourceConfig:
+    if source.tables == ALL_TABLES:
+        return source
+    tables = []
+    for name in source.tables:
+        qualified = name if "." in name else f"public.{name}"
+        if not _QUALIFIED.match(qualified):
+            raise ConfigError(f"source.tables: got {name!r}, expected schema.table")
+        tables.append(qualified)
+    return SourceConfig(source.dsn, source.slot, source.publication, tuple(tables))

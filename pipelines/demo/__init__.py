@@ -1,0 +1,1 @@
+"""The demo: a time-tracking database, its workload, and `lakehouse demo`."""

@@ -1,0 +1,101 @@
+"""One function returns the SparkSession for the configured engine.
+
+- local: an embedded Sail Spark Connect server in this process (no JVM), stopped at exit;
+- spark: classic PySpark with delta-spark;
+- databricks: the job cluster's own session.
+Pipeline code never branches on the engine beyond this module (DESIGN.md, Engines).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.config import Config
+
+log = logging.getLogger(__name__)
+
+SHUFFLE_PARTITIONS = "4"
+
+
+def get_spark(config: "Config") -> "SparkSession":
+    """The session for `config.engine`; the warehouse dir is the lake's absolute path."""
+    warehouse = (config.lake.path / "_warehouse").resolve()
+    if config.engine == "local":
+        return start_local_session(warehouse)
+    if config.engine == "spark":
+        return start_classic_session(warehouse, config.spark.master, config.spark.jars)
+    if config.engine == "databricks":
+        return databricks_session()
+    raise ConfigError(f"engine: got {config.engine!r}, expected local, spark or databricks")
+
+
+def start_local_session(warehouse: Path) -> "SparkSession":
+    """Start Sail in-process on an ephemeral loopback port and connect to it."""
+    from pysail.spark import SparkConnectServer
+    from pyspark.sql import SparkSession
+
+    server = SparkConnectServer("127.0.0.1", 0)
+    server.start(background=True)
+    host, port = server.listening_address
+    spark = (SparkSession.builder.remote(f"sc://{host}:{port}")
+             .config("spark.sql.warehouse.dir", str(warehouse))
+             .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+
+    def shutdown() -> None:
+        spark.stop()
+        server.stop()
+
+    atexit.register(shutdown)
+    log.info("local engine: Sail Spark Connect server on %s:%s", host, port)
+    return spark
+
+
+def start_classic_session(warehouse: Path, master: str = "local[2]",
+                          jars: tuple[str, ...] = ()) -> "SparkSession":
+    """Classic PySpark with Delta; fails clearly when the Delta classes cannot be loaded."""
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName("lakehouse")
+               .config("spark.sql.warehouse.dir", str(warehouse))
+               .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config("spark.sql.catalog.spark_catalog",
+                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    try:
+        if jars:
+            spark = builder.config("spark.jars", ",".join(jars)).getOrCreate()
+        else:
+            from delta import configure_spark_with_delta_pip
+
+            spark = configure_spark_with_delta_pip(builder).getOrCreate()
+        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # noqa: SLF001
+    except Exception as exc:  # the JVM reports missing jars in many shapes
+        raise ConfigError(
+            "the spark engine could not load Delta Lake's classes. Either let "
+            "configure_spark_with_delta_pip fetch io.delta:delta-spark from Maven (needs "
+            "network access to it), or list local jars in spark.jars in the config "
+            f"(delta-spark and delta-storage). Cause: {str(exc).splitlines()[0][:300]}"
+        ) from exc
+    return spark
+
+
+def databricks_session() -> "SparkSession":
+    """The session Databricks already created for this job or notebook."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        spark = SparkSession.builder.getOrCreate()
+    return spark

@@ -1,0 +1,1 @@
+"""The Postgres side: connections, replication objects, table metadata."""

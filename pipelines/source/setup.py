@@ -1,0 +1,159 @@
+"""`lakehouse setup`: check the source can replicate, create publication and slot.
+
+Idempotent: a second run finds everything in place and changes nothing. Every refusal
+says what to change on the server, because the fix is always the DBA's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pipelines.config import ALL_TABLES, SourceConfig
+from pipelines.errors import SourceError
+from pipelines.source.connection import connect
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SetupReport:
+    """What setup found and did."""
+
+    tables: tuple[str, ...]
+    publication_created: bool
+    publication_changed: bool
+    slot_created: bool
+    slot_lsn: str
+
+
+def run_setup(source: SourceConfig) -> SetupReport:
+    """Validate the server and tables, then create/align the publication and the slot."""
+    with connect(source.dsn) as conn:
+        check_server(conn)
+        tables = resolve_tables(conn, source.tables)
+        check_keys(conn, tables)
+        created, changed = ensure_publication(conn, source.publication, tables)
+        slot_created, slot_lsn = ensure_slot(conn, source.slot)
+    return SetupReport(tables, created, changed, slot_created, slot_lsn)
+
+
+def check_server(conn: psycopg.Connection) -> None:
+    """wal_level, slot and sender capacity, and the REPLICATION privilege."""
+    wal_level = conn.execute("SHOW wal_level").fetchone()[0]
+    if wal_level != "logical":
+        raise SourceError(
+            f"wal_level is {wal_level!r}, logical replication needs 'logical'. Run "
+            "ALTER SYSTEM SET wal_level = logical; then restart Postgres "
+            "(on managed services set the parameter group / flag, e.g. "
+            "rds.logical_replication = 1 or cloudsql.logical_decoding = on).")
+    for setting in ("max_replication_slots", "max_wal_senders"):
+        if int(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()[0]) < 1:
+            raise SourceError(f"{setting} is 0: set it to at least 1 (10 is typical) and "
+                              "restart Postgres")
+    allowed = conn.execute(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()[0]
+    if not allowed:
+        user = conn.execute("SELECT current_user").fetchone()[0]
+        raise SourceError(f"role {user!r} lacks the REPLICATION privilege: run "
+                          f"ALTER ROLE {user} WITH REPLICATION; as a superuser")
+
+
+def resolve_tables(conn: psycopg.Connection, tables: tuple[str, ...] | str) -> tuple[str, ...]:
+    """Configured tables as schema.table, checked to exist; '*' means all user tables."""
+    if tables == ALL_TABLES:
+        rows = conn.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND n.nspname NOT LIKE 'pg_toast%' ORDER BY 1").fetchall()
+        found = tuple(r[0] for r in rows)
+        if not found:
+            raise SourceError('source.tables is "*" but the database has no tables')
+        return found
+    missing = [t for t in tables if conn.execute(
+        "SELECT to_regclass(%s) IS NULL", (_quoted(t),)).fetchone()[0]]
+    if missing:
+        raise SourceError(f"table(s) not found in the source database: {', '.join(missing)}. "
+                          "Fix source.tables or create them.")
+    return tuple(tables)
+
+
+def check_keys(conn: psycopg.Connection, tables: tuple[str, ...]) -> None:
+    """Every table needs a primary key or a replica identity index to be merged by key."""
+    bad = []
+    for table in tables:
+        identity, has_key = conn.execute(
+            "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+            "AND (i.indisprimary OR i.indisreplident)) FROM pg_class c WHERE c.oid = %s::regclass",
+            (_quoted(table),)).fetchone()
+        if identity == "n" or not has_key:
+            bad.append(table)
+    if bad:
+        names = ", ".join(bad)
+        raise SourceError(
+            f"table(s) without a primary key or replica identity index: {names}. Silver "
+            "merges rows by key, so add one (ALTER TABLE t ADD PRIMARY KEY (...)) or point "
+            "the replica identity at a unique NOT NULL index (ALTER TABLE t REPLICA "
+            "IDENTITY USING INDEX idx), or leave the table out of source.tables.")
+
+
+def ensure_publication(conn: psycopg.Connection, name: str,
+                       tables: tuple[str, ...]) -> tuple[bool, bool]:
+    """Create the publication, or align its table list with the config. (created, changed)"""
+    table_list = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
+    exists = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s",
+                          (name,)).fetchone()
+    if exists is None:
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+            sql.Identifier(name), table_list))
+        log.info("created publication %s for %d table(s)", name, len(tables))
+        return True, False
+    if exists[0]:
+        raise SourceError(f"publication {name!r} is FOR ALL TABLES; this pipeline manages "
+                          "an explicit table list. Drop it or configure another "
+                          "source.publication.")
+    current = {r[0] for r in conn.execute(
+        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
+        (name,))}
+    if current == set(tables):
+        return False, False
+    conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+        sql.Identifier(name), table_list))
+    log.info("publication %s now covers: %s", name, ", ".join(tables))
+    return False, True
+
+
+def ensure_slot(conn: psycopg.Connection, slot: str) -> tuple[bool, str]:
+    """Create the pgoutput slot if missing; refuse a slot that cannot be used. (created, lsn)"""
+    row = conn.execute(
+        "SELECT plugin, database, wal_status, confirmed_flush_lsn::text "
+        "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, "
+                           "'pgoutput')", (slot,)).fetchone()[0]
+        log.info("created replication slot %s at %s", slot, lsn)
+        return True, lsn
+    plugin, database, wal_status, lsn = row
+    current_db = conn.execute("SELECT current_database()").fetchone()[0]
+    if plugin != "pgoutput" or database != current_db:
+        raise SourceError(f"replication slot {slot!r} exists but uses plugin {plugin!r} in "
+                          f"database {database!r}; expected pgoutput in {current_db!r}. "
+                          "Configure another source.slot.")
+    if wal_status == "lost":
+        raise SourceError(
+            f"replication slot {slot!r} is invalidated (WAL it needed was removed, see "
+            "max_slot_wal_keep_size). Changes were lost: drop the slot with "
+            f"SELECT pg_drop_replication_slot('{slot}'); run setup again and re-backfill "
+            "every table (lakehouse backfill --restart).")
+    return False, lsn
+
+
+def _quoted(table: str) -> str:
+    schema, name = table.split(".", 1)
+    return f'"{schema}"."{name}"'

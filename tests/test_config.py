@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import DSN_ENV, load_config
+from pipelines.errors import ConfigError
+
+GOOD = """
+source:
+  dsn: host=localhost dbname=app
+  slot: lakehouse
+  publication: lakehouse
+  tables: [public.users, time_entries]
+lake: {path: ./lake}
+engine: local
+ingest: {batch_rows: 1000, batch_seconds: 0.5}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lakehouse.yml"
+    path.write_text(text)
+    return path
+
+
+def test_good_file_loads_into_dataclasses(tmp_path):
+    config = load_config(write(tmp_path, GOOD), environ={})
+    assert config.source.tables == ("public.users", "public.time_entries")
+    assert config.lake.path == (tmp_path / "lake").resolve()
+    assert config.ingest.batch_rows == 1000 and config.ingest.batch_seconds == 0.5
+    assert config.backfill.chunk_size == 20_000  # default kept
+    with pytest.raises(AttributeError):
+        config.engine = "spark"  # frozen
+
+
+def test_dsn_from_environment_wins(tmp_path):
+    config = load_config(write(tmp_path, GOOD), environ={DSN_ENV: "host=db password=s3cret"})
+    assert config.source.dsn == "host=db password=s3cret"
+
+
+def test_config_path_from_environment(tmp_path):
+    path = write(tmp_path, GOOD)
+    config = load_config(None, environ={"LAKEHOUSE_CONFIG": str(path)})
+    assert config.source.slot == "lakehouse"
+
+
+@pytest.mark.parametrize("text, message", [
+    (GOOD + "extra: 1\n", "extra: unknown setting"),
+    (GOOD.replace("batch_rows: 1000", "batch_rows: many"),
+     "ingest.batch_rows: got 'many', expected a positive whole number"),
+    (GOOD.replace("engine: local", "engine: flink"), "engine: got 'flink', expected one of"),
+    (GOOD.replace("slot: lakehouse", "slot: Bad-Slot"), "source.slot: got 'Bad-Slot'"),
+    (GOOD.replace("  dsn: host=localhost dbname=app\n", ""), "source.dsn is missing"),
+    (GOOD.replace("tables: [public.users, time_entries]", "tables: 5"),
+     "source.tables: got 5, expected"),
+    (GOOD.replace("lake: {path: ./lake}", "lake: [1]"), "lake: got [1], expected a mapping"),
+    ("source: [\n", "is not valid YAML"),
+])
+def test_invalid_config_names_key_value_and_expectation(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=None) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert message in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "nope.yml", environ={})
