@@ -7,6 +7,7 @@ Exit codes (DESIGN.md): 0 ok, 1 verification difference, 2 usage/config error,
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -16,6 +17,11 @@ from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.errors import LakehouseError
 
 log = logging.getLogger("lakehouse")
+
+# Verbs defined next to their code: each module has add_parser(verbs), which registers a
+# subparser whose defaults carry handler(args, config) -> exit code.
+COMMAND_MODULES: tuple[str, ...] = (
+)
 
 DESCRIPTION = f"""\
 Postgres change data capture into a Delta Lake lakehouse.
@@ -66,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--fresh", action="store_true",
                       help="delete the demo database and lake first")
     demo.set_defaults(handler=_demo, needs_config=False)
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_parser(verbs)
     return parser
 
 
