@@ -1,0 +1,1 @@
+"""Ingest: stream pgoutput changes from a replication slot into bronze, no Spark involved."""
