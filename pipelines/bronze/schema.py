@@ -1,7 +1,9 @@
 """The bronze contract shared by ingest, backfill and silver.
 
 `bronze/changes` holds one row per change, keyed by its position (commit_lsn,
-change_index). Values stay in Postgres text format; each row carries its column names,
+change_index); rows land in position order. The ingest's progress (the end LSN of the
+last whole transaction landed) is the Delta app transaction of the slot's name, and the
+last landed position is in each commit's metadata (`lakehouse.position`). Values stay in Postgres text format; each row carries its column names,
 types and key columns so it can be typed later without asking Postgres.
 `bronze/snapshots` holds backfill chunk rows in the same value format.
 """
@@ -38,7 +40,6 @@ _ROW_SHAPE = [
 CHANGES_SCHEMA = pa.schema([
     pa.field("commit_lsn", pa.int64(), nullable=False),
     pa.field("change_index", pa.int64(), nullable=False),  # 0-based inside the transaction
-    pa.field("end_lsn", pa.int64(), nullable=False),  # the transaction's end: progress unit
     pa.field("xid", pa.int64()),
     pa.field("commit_ts", _UTC),
     pa.field("op", pa.string(), nullable=False),

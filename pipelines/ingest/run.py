@@ -1,0 +1,177 @@
+"""The ingest loop: replication frames -> decoder -> assembler -> bronze -> confirm.
+
+Confirmation follows durability: after each bronze commit the slot is told the end LSN
+of the last whole transaction in bronze, and nothing else. When every change received
+has landed and the server reports newer WAL (changes only in unpublished tables, or
+none), that position is confirmed too, so the slot never pins WAL for nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from pipelines.config import Config
+from pipelines.errors import DataError, SourceError
+from pipelines.ingest.bronze_writer import BronzeWriter
+from pipelines.ingest.lsn import format_lsn
+from pipelines.ingest.pgoutput import decode_message
+from pipelines.ingest.replication import ConnectionLost, ReplicationStream
+from pipelines.ingest.transactions import ChangeAssembler
+from pipelines.ingest.wire import PrimaryKeepalive, XLogData
+from pipelines.lake import LakeLayout
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    until_idle: float | None = None  # stop after this long with nothing new to land
+    until_lsn: int | None = None  # stop once bronze holds everything up to this LSN
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    transactions: int
+    changes: int
+    confirmed_lsn: int
+    seconds: float
+
+
+class StopRequested:
+    """Set by SIGINT/SIGTERM (or a caller): finish the current step and stop cleanly."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.event.set())
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+
+def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> IngestReport:
+    """Stream until stopped (or idle / past an LSN), reconnecting with backoff."""
+    writer = BronzeWriter(LakeLayout(config.lake.path).bronze_changes, config.source.slot)
+    assembler = ChangeAssembler(writer, config.ingest.spill_rows)
+    started = time.monotonic()
+    backoff = 1.0
+    ever_connected = False
+    while True:
+        try:
+            stream = ReplicationStream(config.source.dsn, config.source.slot,
+                                       config.source.publication, writer.progress.end_lsn)
+        except SourceError:
+            if not ever_connected:
+                raise  # a wrong DSN or missing slot should fail fast, not retry forever
+            log.warning("reconnect failed; retrying in %.0f s", backoff, exc_info=False)
+            if stop.event.wait(backoff):
+                break
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            continue
+        ever_connected, backoff = True, 1.0
+        try:
+            done = _stream(stream, writer, assembler, config, options, stop)
+        except ConnectionLost as exc:
+            log.warning("replication connection lost (%s); reconnecting", exc)
+            assembler.reset()
+            continue
+        finally:
+            stream.close()
+        if done:
+            break
+    return IngestReport(assembler.transactions, assembler.changes, writer.progress.end_lsn,
+                        time.monotonic() - started)
+
+
+def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAssembler,
+            config: Config, options: IngestOptions, stop: StopRequested) -> bool:
+    """Run one connection; True when the ingest should end, False never (raises instead)."""
+    settings = config.ingest
+    progress = _ProgressLog(settings.status_interval_seconds)
+    last_activity = time.monotonic()
+    stream.confirm(writer.progress.end_lsn)
+    while not stop:
+        frame = stream.read(POLL_SECONDS)
+        if isinstance(frame, XLogData):
+            last_activity = time.monotonic()
+            try:
+                assembler.feed(decode_message(frame.payload, in_stream=assembler.in_stream))
+            except DataError as exc:
+                _land_and_confirm(stream, writer)
+                raise DataError(f"cannot process the change at {format_lsn(frame.wal_start)}: "
+                                f"{exc}\n{_hexdump(frame.payload)}") from exc
+        elif isinstance(frame, PrimaryKeepalive) and frame.reply_requested:
+            stream.confirm(_confirmable(stream, writer, assembler))
+
+        if writer.buffered_rows >= settings.batch_rows:
+            _land_and_confirm(stream, writer, complete_only=False)
+        elif writer.complete_rows and writer.oldest_row_age >= settings.batch_seconds:
+            _land_and_confirm(stream, writer)
+        if frame is None or stream.seconds_since_status() >= settings.status_interval_seconds:
+            stream.confirm(_confirmable(stream, writer, assembler))
+        progress.maybe_log(assembler, stream, writer)
+
+        if options.until_lsn is not None and assembler.idle and not writer.buffered_rows \
+                and stream.confirmed >= options.until_lsn:
+            return True
+        if options.until_idle is not None and frame is None and assembler.idle \
+                and time.monotonic() - last_activity >= options.until_idle:
+            _land_and_confirm(stream, writer)
+            stream.confirm(_confirmable(stream, writer, assembler))
+            return True
+    _land_and_confirm(stream, writer)  # stop requested: keep whole transactions only
+    log.info("stopped: bronze holds everything up to %s", format_lsn(writer.progress.end_lsn))
+    return True
+
+
+def _land_and_confirm(stream: ReplicationStream, writer: BronzeWriter,
+                      complete_only: bool = True) -> None:
+    progress = writer.flush(complete_only)
+    stream.confirm(progress.end_lsn)
+
+
+def _confirmable(stream: ReplicationStream, writer: BronzeWriter,
+                 assembler: ChangeAssembler) -> int:
+    """What may be confirmed now: bronze's progress, or the server's WAL end when idle."""
+    if assembler.idle and writer.buffered_rows == 0:
+        return max(writer.progress.end_lsn, stream.server_wal_end)
+    return writer.progress.end_lsn
+
+
+class _ProgressLog:
+    """A periodic line: rate, bronze freshness, slot lag."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last = time.monotonic()
+        self.last_changes = 0
+
+    def maybe_log(self, assembler: ChangeAssembler, stream: ReplicationStream,
+                  writer: BronzeWriter) -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        rate = (assembler.changes - self.last_changes) / (now - self.last)
+        lag = (time.time() - assembler.last_commit_ts / 1e6) if assembler.last_commit_ts else 0
+        log.info("%.0f changes/s, %d transactions, bronze at %s (newest commit %.1f s old), "
+                 "slot lag %d bytes", rate, assembler.transactions,
+                 format_lsn(writer.progress.end_lsn), lag,
+                 max(0, stream.server_wal_end - stream.confirmed))
+        self.last, self.last_changes = now, assembler.changes
+
+
+def _hexdump(data: bytes | memoryview, limit: int = 256) -> str:
+    raw = bytes(data[:limit])
+    lines = [f"{offset:08x}  {raw[offset:offset + 16].hex(' ')}"
+             for offset in range(0, len(raw), 16)]
+    more = f"\n... {len(data) - limit} more bytes" if len(data) > limit else ""
+    return "\n".join(lines) + more
