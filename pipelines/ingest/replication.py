@@ -15,7 +15,7 @@ from psycopg import pq
 
 from pipelines.errors import SourceError
 from pipelines.ingest.lsn import format_lsn
-from pipelines.ingest.wire import ServerFrame, decode_frame, encode_standby_status_update
+from pipelines.ingest.wire import encode_standby_status_update
 from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,20 @@ class ReplicationStream:
         log.info("streaming slot %s from %s (pgoutput v%d)", self.slot, format_lsn(start_lsn),
                  self.protocol_version)
 
-    def read(self, timeout: float) -> ServerFrame | None:
-        """The next XLogData or keepalive frame, or None if nothing came within timeout."""
+    def read(self, timeout: float, max_frames: int = 2000) -> list[bytes]:
+        """The CopyData frames available now (waiting up to `timeout` for the first).
+
+        Frames stay raw bytes: the caller slices XLogData payloads itself, because a
+        dataclass per frame costs more than decoding the pgoutput message inside it.
+        """
         conn = self._conn
+        frames: list[bytes] = []
         deadline = time.monotonic() + timeout
-        while True:
+        while len(frames) < max_frames:
             size, data = conn.get_copy_data(1)
             if size > 0:
-                frame = decode_frame(data)
-                self.server_wal_end = max(self.server_wal_end, frame.wal_end)
-                return frame
+                frames.append(data)
+                continue
             if size == -1:
                 result = conn.get_result()
                 detail = result.error_message.decode(errors="replace") if result else ""
@@ -81,14 +85,15 @@ class ReplicationStream:
             if size == -2:
                 raise ConnectionLost(conn.error_message.decode(errors="replace").strip())
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
+            if frames or remaining <= 0:
+                break
             readable, _, _ = select.select([conn.socket], [], [], remaining)
             if readable:
                 try:
                     conn.consume_input()
                 except Exception as exc:  # psycopg raises OperationalError on a dead socket
                     raise ConnectionLost(str(exc)) from exc
+        return frames
 
     def confirm(self, lsn: int, reply_requested: bool = False) -> None:
         """Send a standby status update saying everything up to `lsn` is durable."""

@@ -21,7 +21,8 @@ from pipelines.ingest.lsn import format_lsn
 from pipelines.ingest.pgoutput import decode_message
 from pipelines.ingest.replication import ConnectionLost, ReplicationStream
 from pipelines.ingest.transactions import ChangeAssembler
-from pipelines.ingest.wire import PrimaryKeepalive, XLogData
+from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
+                                   xlogdata_positions)
 from pipelines.lake import LakeLayout
 
 log = logging.getLogger(__name__)
@@ -94,36 +95,43 @@ def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> I
 
 def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAssembler,
             config: Config, options: IngestOptions, stop: StopRequested) -> bool:
-    """Run one connection; True when the ingest should end, False never (raises instead)."""
+    """Run one connection until the ingest should end (True); connection loss raises."""
     settings = config.ingest
     progress = _ProgressLog(settings.status_interval_seconds)
     last_activity = time.monotonic()
     stream.confirm(writer.progress.end_lsn)
     while not stop:
-        frame = stream.read(POLL_SECONDS)
-        if isinstance(frame, XLogData):
+        frames = stream.read(POLL_SECONDS)
+        for frame in frames:  # the hot loop: keep per-frame work minimal
+            if frame[0] == XLOGDATA:
+                try:
+                    assembler.feed(decode_message(frame[XLOGDATA_HEADER_SIZE:],
+                                                  in_stream=assembler.in_stream))
+                except DataError as exc:
+                    _land_and_confirm(stream, writer)
+                    raise _corrupt(frame, exc) from exc
+                if writer.buffered_rows >= settings.batch_rows:
+                    _land_and_confirm(stream, writer, complete_only=False)
+            else:
+                keepalive = decode_frame(frame)
+                stream.server_wal_end = max(stream.server_wal_end, keepalive.wal_end)
+                if keepalive.reply_requested:
+                    stream.confirm(_confirmable(stream, writer, assembler))
+        if frames and frames[-1][0] == XLOGDATA:
             last_activity = time.monotonic()
-            try:
-                assembler.feed(decode_message(frame.payload, in_stream=assembler.in_stream))
-            except DataError as exc:
-                _land_and_confirm(stream, writer)
-                raise DataError(f"cannot process the change at {format_lsn(frame.wal_start)}: "
-                                f"{exc}\n{_hexdump(frame.payload)}") from exc
-        elif isinstance(frame, PrimaryKeepalive) and frame.reply_requested:
-            stream.confirm(_confirmable(stream, writer, assembler))
+            stream.server_wal_end = max(stream.server_wal_end,
+                                        xlogdata_positions(frames[-1])[1])
 
-        if writer.buffered_rows >= settings.batch_rows:
-            _land_and_confirm(stream, writer, complete_only=False)
-        elif writer.complete_rows and writer.oldest_row_age >= settings.batch_seconds:
+        if writer.complete_rows and writer.oldest_row_age >= settings.batch_seconds:
             _land_and_confirm(stream, writer)
-        if frame is None or stream.seconds_since_status() >= settings.status_interval_seconds:
+        if not frames or stream.seconds_since_status() >= settings.status_interval_seconds:
             stream.confirm(_confirmable(stream, writer, assembler))
         progress.maybe_log(assembler, stream, writer)
 
         if options.until_lsn is not None and assembler.idle and not writer.buffered_rows \
                 and stream.confirmed >= options.until_lsn:
             return True
-        if options.until_idle is not None and frame is None and assembler.idle \
+        if options.until_idle is not None and not frames and assembler.idle \
                 and time.monotonic() - last_activity >= options.until_idle:
             _land_and_confirm(stream, writer)
             stream.confirm(_confirmable(stream, writer, assembler))
@@ -131,6 +139,14 @@ def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAs
     _land_and_confirm(stream, writer)  # stop requested: keep whole transactions only
     log.info("stopped: bronze holds everything up to %s", format_lsn(writer.progress.end_lsn))
     return True
+
+
+def _corrupt(frame: bytes, exc: DataError) -> DataError:
+    """The error for a message that cannot be processed: its LSN and a hex dump."""
+    wal_start, _ = xlogdata_positions(frame)
+    payload = frame[XLOGDATA_HEADER_SIZE:]
+    return DataError(f"cannot process the change at {format_lsn(wal_start)}: {exc}\n"
+                     f"{_hexdump(payload)}")
 
 
 def _land_and_confirm(stream: ReplicationStream, writer: BronzeWriter,

@@ -34,8 +34,13 @@ def unix_micros(moment) -> int:
     return timestamp_to_pg(moment) + _PG_TO_UNIX_MICROS
 
 
-def text_values(row: TupleData, table: TableInfo) -> tuple[list[str | None], list[str]]:
+def text_values(row: TupleData, table: TableInfo) -> tuple[TupleData | list[str | None], tuple[str, ...]]:
     """Tuple data as text values (None for NULL and unchanged TOAST) + unchanged columns."""
+    if len(row) != len(table.columns):
+        raise DataError(f"{table.schema}.{table.table}: tuple has {len(row)} columns, its "
+                        f"Relation message {len(table.columns)}")
+    if NULL not in row and UNCHANGED_TOAST not in row:  # the common case: all text
+        return row, ()
     values: list[str | None] = []
     unchanged: list[str] = []
     for name, value in zip(table.columns, row):
@@ -49,10 +54,7 @@ def text_values(row: TupleData, table: TableInfo) -> tuple[list[str | None], lis
         else:
             raise DataError(f"binary tuple data in {table.schema}.{table.table}.{name}: the "
                             "ingest asks for text format only")
-    if len(row) != len(table.columns):
-        raise DataError(f"{table.schema}.{table.table}: tuple has {len(row)} columns, its "
-                        f"Relation message {len(table.columns)}")
-    return values, unchanged
+    return values, tuple(unchanged)
 
 
 @dataclass

@@ -18,6 +18,9 @@ from pipelines.ingest.lsn import MAX_LSN
 from pipelines.ingest.pgoutput import timestamp_from_pg, timestamp_to_pg
 
 _XLOG_DATA = struct.Struct("!QQq")  # wal start, wal end, send time
+_XLOG_POSITIONS = struct.Struct("!QQ")  # wal start, wal end
+XLOGDATA = 0x77  # 'w'
+XLOGDATA_HEADER_SIZE = 1 + _XLOG_DATA.size  # the pgoutput message starts here
 _KEEPALIVE = struct.Struct("!QqB")  # wal end, send time, reply requested
 _STANDBY_STATUS = struct.Struct("!cQQQqB")  # 'r', write, flush, apply, client time, reply
 
@@ -50,6 +53,17 @@ class PrimaryKeepalive:
 
 
 ServerFrame: TypeAlias = Union[XLogData, PrimaryKeepalive]
+
+
+def xlogdata_positions(frame: bytes) -> tuple[int, int]:
+    """(wal_start, wal_end) of an XLogData frame, without building the dataclass.
+
+    The ingest's hot loop slices the payload at XLOGDATA_HEADER_SIZE itself; this reads
+    the positions it needs for progress and error reports.
+    """
+    if len(frame) < XLOGDATA_HEADER_SIZE or frame[0] != XLOGDATA:
+        decode_frame(frame)  # raises the precise error
+    return _XLOG_POSITIONS.unpack_from(frame, 1)
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> ServerFrame:

@@ -1,0 +1,1 @@
+"""Benchmarks: rates measured against the physical limit in the same run."""
