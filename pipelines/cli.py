@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="PATH",
                         help=f"YAML config file (default: ${CONFIG_ENV})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.KEY=VALUE",
+                        help="override one config setting, e.g. --set lake.path=/Volumes/x "
+                        "(repeatable; used by the Databricks jobs to pass bundle variables)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-vv for debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -108,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose, args.quiet)
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     try:
-        config = load_config(args.config) if getattr(args, "needs_config", True) else None
+        config = (load_config(args.config, overrides=args.overrides)
+                  if getattr(args, "needs_config", True) else None)
         return handler(args, config)
     except LakehouseError as exc:
         log.debug("failed", exc_info=True)

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -100,8 +100,13 @@ class Config:
 
 
 def load_config(path: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None) -> Config:
-    """Load and validate the config file (`path`, else $LAKEHOUSE_CONFIG)."""
+                environ: Mapping[str, str] | None = None,
+                overrides: Sequence[str] = ()) -> Config:
+    """Load and validate the config file (`path`, else $LAKEHOUSE_CONFIG).
+
+    `overrides` are "section.key=value" strings (the CLI's --set), applied before
+    validation; values are parsed as YAML scalars, so numbers stay numbers.
+    """
     env = os.environ if environ is None else environ
     path = path or env.get(CONFIG_ENV)
     if not path:
@@ -113,7 +118,30 @@ def load_config(path: str | os.PathLike[str] | None = None,
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {file} is not valid YAML: {exc}") from exc
+    for override in overrides:
+        raw = _apply_override(raw, override)
     return parse_config(raw, base_dir=file.resolve().parent, environ=env)
+
+
+def _apply_override(raw: Any, override: str) -> dict:
+    key, sep, value = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"--set {override!r}: expected section.key=value")
+    if parts == ["source", "dsn"]:
+        raise ConfigError(f"--set source.dsn: pass secrets through {DSN_ENV}, not arguments "
+                          "(they show up in process lists and job run pages)")
+    result = dict(_mapping(raw, "config"))
+    node = result
+    for part in parts[:-1]:
+        child = node.get(part, {})
+        node[part] = dict(_mapping(child, part))
+        node = node[part]
+    try:
+        node[parts[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {override!r}: value is not valid YAML: {exc}") from exc
+    return result
 
 
 def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config:

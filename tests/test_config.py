@@ -65,3 +65,19 @@ def test_invalid_config_names_key_value_and_expectation(tmp_path, text, message)
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "nope.yml", environ={})
+
+
+def test_overrides_apply_before_validation(tmp_path):
+    path = write(tmp_path, GOOD)
+    config = load_config(path, environ={}, overrides=[
+        "engine=databricks", "databricks.catalog=prod", "ingest.batch_rows=7",
+        "lake.path=/Volumes/main/cdc/lake"])
+    assert config.engine == "databricks" and config.databricks.catalog == "prod"
+    assert config.ingest.batch_rows == 7
+    assert str(config.lake.path) == "/Volumes/main/cdc/lake"
+    with pytest.raises(ConfigError, match="ingest.batch_rows: got 'x'"):
+        load_config(path, environ={}, overrides=["ingest.batch_rows=x"])
+    with pytest.raises(ConfigError, match="expected section.key=value"):
+        load_config(path, environ={}, overrides=["engine"])
+    with pytest.raises(ConfigError, match="LAKEHOUSE_SOURCE_DSN"):
+        load_config(path, environ={}, overrides=["source.dsn=host=x password=y"])
