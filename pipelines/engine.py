@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +67,7 @@ def start_classic_session(warehouse: Path, master: str = "local[2]",
     """Classic PySpark with Delta; fails clearly when the Delta classes cannot be loaded."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python UDF workers: this venv
     builder = (SparkSession.builder.master(master).appName("lakehouse")
                .config("spark.sql.warehouse.dir", str(warehouse))
                .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)

@@ -7,7 +7,9 @@ engine is chosen per pytest run with --engine; `make test` runs the tests marked
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -42,6 +44,7 @@ def spark(engine: str, tmp_path_factory: pytest.TempPathFactory):
     else:
         from pyspark.sql import SparkSession
 
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers: this venv
         session = (SparkSession.builder.master("local[2]").appName("tests")
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.shuffle.partitions", "2")
