@@ -1,0 +1,41 @@
+"""`lakehouse gold`: rebuild the gold report tables from silver (one full recompute)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from pipelines.gold.reports import REPORT_NAMES, REPORTS
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
+
+MISSING_SILVER_EXIT = 2  # usage: gold was run before silver produced its inputs
+
+
+def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    reports = "\n".join(f"  {spec.name}: {spec.description}" for spec in REPORTS.values())
+    parser = verbs.add_parser(
+        "gold", help="rebuild the gold report tables from silver",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Recompute the gold report aggregates with Spark SQL over the silver\n"
+        "tables and overwrite each report's Delta table under <lake>/gold/<report>.\n"
+        "Prints one line per report. Exits 2 when a report's silver tables do not exist\n"
+        "yet (run `lakehouse silver` first); the other reports are still built.\n\n"
+        f"reports:\n{reports}")
+    parser.add_argument("--report", dest="reports", metavar="NAME", action="extend",
+                        nargs="+", choices=REPORT_NAMES,
+                        help="only these reports (repeatable; default: all)")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace, config: "Config") -> int:
+    from pipelines.engine import get_spark
+    from pipelines.gold.run import run_gold
+    from pipelines.lake import LakeLayout
+
+    spark = get_spark(config)
+    result = run_gold(spark, LakeLayout(config.lake.path), args.reports)
+    for run in result.runs:
+        print(run.summary())
+    return MISSING_SILVER_EXIT if result.skipped else 0

@@ -1,0 +1,56 @@
+"""Cast a report to its declared schema, and prove the cast lost nothing.
+
+What a cast of a value that does not fit does depends on the engine: classic Spark (ANSI)
+raises its own error class, Sail may turn the value into NULL (DESIGN.md, Portability rule
+4; its 0.7.2 raised for the numeric casts measured). So every report is checked with
+`try_cast`, NULL on both engines, and a misfit becomes one DataError naming the column
+before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.errors import DataError
+from pipelines.gold.reports import Column
+
+ROWS = "_rows"
+
+
+def conform_to_schema(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
+    """The declared columns, in declared order, each cast to its declared type."""
+    _check_names(df, columns)
+    return df.select(*[F.col(name).cast(type_).alias(name) for name, type_ in columns])
+
+
+def cast_failure_counts(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
+    """One row: `_rows`, then per column the non-null values its declared cast turns NULL."""
+    _check_names(df, columns)
+    lost = [F.sum(F.when(F.col(name).isNotNull() & F.col(name).try_cast(type_).isNull(), 1)
+                  .otherwise(0)).alias(name) for name, type_ in columns]
+    return df.agg(F.count(F.lit(1)).alias(ROWS), *lost)
+
+
+def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -> int:
+    """Rows of `df` (one Spark action); DataError if a declared cast would produce NULLs."""
+    counts = cast_failure_counts(df, columns).collect()[0].asDict()
+    rows = counts.pop(ROWS)
+    bad = {name: n for name, n in counts.items() if n}
+    if bad:
+        types = dict(columns)
+        detail = ", ".join(f"{name} -> {types[name]}: {n} value(s)" for name, n in bad.items())
+        raise DataError(
+            f"gold report {report}: values do not fit the declared schema ({detail}); "
+            "nothing was written. Widen the column type in pipelines/gold/reports.py or "
+            "fix the report SQL")
+    return rows
+
+
+def _check_names(df: DataFrame, columns: Sequence[Column]) -> None:
+    declared = [name for name, _ in columns]
+    if sorted(df.columns) != sorted(declared):
+        raise ValueError(f"report columns {df.columns} do not match the declared schema "
+                         f"{declared}")

@@ -1,0 +1,76 @@
+"""Gold reports as small plain-text tables for people (the demo prints them at the end)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any, Iterable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.gold.io import GoldIO, LakeGoldIO
+from pipelines.gold.reports import ReportSpec, select_reports
+from pipelines.lake import LakeLayout
+
+
+def format_report(df: DataFrame, limit: int = 10) -> str:
+    """The first `limit` rows of `df` as an aligned text table (one collect, no pandas)."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    rows = df.limit(limit + 1).collect()
+    header = list(df.columns)
+    shown = [[_cell(value) for value in row] for row in rows[:limit]]
+    numeric = [bool(rows) and all(_is_number(row[i]) or row[i] is None for row in rows[:limit])
+               for i in range(len(header))]
+    widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    out += [line(cells) for cells in shown]
+    if not rows:
+        out.append("(no rows)")
+    elif len(rows) > limit:
+        out.append(f"(first {limit} rows)")
+    return "\n".join(out)
+
+
+def sorted_for_display(df: DataFrame, spec: ReportSpec) -> DataFrame:
+    """The report in its display order (latest period first)."""
+    keys = []
+    for item in spec.display_order:
+        name, _, direction = item.partition(" ")
+        keys.append(F.col(name).desc_nulls_last() if direction == "desc"
+                    else F.col(name).asc_nulls_last())
+    return df.orderBy(*keys)
+
+
+def format_gold_reports(spark: SparkSession, layout: LakeLayout,
+                        reports: Iterable[str] | None = None, limit: int = 10,
+                        *, io: GoldIO | None = None) -> str:
+    """Every selected gold table, titled and formatted; tables not built yet are named as such."""
+    io = io or LakeGoldIO(layout)
+    blocks = []
+    for spec in select_reports(reports):
+        title = f"== {spec.name}: {spec.description}"
+        if not io.report_exists(spec.name):
+            blocks.append(f"{title}\n(not built yet: run `lakehouse gold`)")
+            continue
+        table = sorted_for_display(io.read_report(spark, spec.name), spec)
+        blocks.append(f"{title}\n{format_report(table, limit)}")
+    return "\n\n".join(blocks)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    return str(value)

@@ -1,0 +1,89 @@
+"""The edges of the gold job: silver tables in as temp views, report tables out.
+
+Everything else in pipelines.gold is SQL text or DataFrame -> DataFrame. A Databricks
+engine swaps `LakeGoldIO` for an implementation of `GoldIO` that reads and writes Unity
+Catalog names (`spark.table`, `saveAsTable`); the report SQL stays the same because it
+only names views.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pipelines.gold.reports import SILVER_SCHEMA
+from pipelines.lake import LakeLayout
+
+log = logging.getLogger(__name__)
+
+
+class GoldIO(Protocol):
+    """Where silver is read from and gold is written to."""
+
+    def silver_location(self, table: str) -> str:
+        """The silver table's name or path, for messages."""
+
+    def silver_exists(self, table: str) -> bool:
+        """Whether the silver table exists (no Spark action)."""
+
+    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
+        """The silver table as a DataFrame."""
+
+    def report_location(self, report: str) -> str:
+        """The gold table's name or path."""
+
+    def report_exists(self, report: str) -> bool:
+        """Whether the gold table exists (no Spark action)."""
+
+    def write_report(self, df: DataFrame, report: str) -> None:
+        """Replace the gold table with `df` (one Delta commit)."""
+
+    def read_report(self, spark: SparkSession, report: str) -> DataFrame:
+        """The gold table as a DataFrame."""
+
+
+@dataclass(frozen=True)
+class LakeGoldIO:
+    """Delta tables at the lake layout's paths (local and classic Spark engines)."""
+
+    layout: LakeLayout
+    schema: str = SILVER_SCHEMA
+
+    def silver_location(self, table: str) -> str:
+        return str(self.layout.silver(self.schema, table))
+
+    def silver_exists(self, table: str) -> bool:
+        return (self.layout.silver(self.schema, table) / "_delta_log").is_dir()
+
+    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
+        return spark.read.format("delta").load(self.silver_location(table))
+
+    def report_location(self, report: str) -> str:
+        return str(self.layout.gold(report))
+
+    def report_exists(self, report: str) -> bool:
+        return (self.layout.gold(report) / "_delta_log").is_dir()
+
+    def write_report(self, df: DataFrame, report: str) -> None:
+        # overwriteSchema: a report whose declared schema changed replaces the old table
+        (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .save(self.report_location(report)))
+
+    def read_report(self, spark: SparkSession, report: str) -> DataFrame:
+        return spark.read.format("delta").load(self.report_location(report))
+
+
+def register_silver_views(spark: SparkSession, io: GoldIO,
+                          tables: Iterable[str]) -> tuple[str, ...]:
+    """Register each existing silver table as a temp view of its own name; return the missing."""
+    missing = []
+    for table in tables:
+        if not io.silver_exists(table):
+            missing.append(table)
+            continue
+        io.read_silver(spark, table).createOrReplaceTempView(table)
+        log.debug("view %s -> %s", table, io.silver_location(table))
+    return tuple(missing)

@@ -1,0 +1,39 @@
+-- Hours of finished time entries per user per ISO 8601 week of the UTC day of started_at.
+--
+-- * Same entry rules as hours_per_project_per_day: an entry counts whole on the UTC day it
+--   started; open entries and entries that stop before they start are left out.
+-- * ISO weeks start on Monday; week 1 is the week holding the year's first Thursday, so
+--   2027-01-03 (a Sunday) is in 2026-W53 and 2024-12-30 (a Monday) in 2025-W01. Computed
+--   from the epoch day (1970-01-01 was a Thursday) because Sail's weekday() returns -1
+--   for Sundays and Sail has no EXTRACT(YEAROFWEEK ...): the ISO year is the calendar
+--   year of the week's Thursday, the ISO week is that Thursday's day of year DIV 7, plus 1.
+-- * Hours: exact microseconds, rounded once half up to 0.0001 h (integer DIV).
+WITH finished AS (
+    SELECT
+        user_id,
+        (unix_micros(started_at) - pmod(unix_micros(started_at), 86400000000))
+            DIV 86400000000 AS epoch_day,
+        unix_micros(stopped_at) - unix_micros(started_at) AS micros
+    FROM time_entries
+    WHERE stopped_at IS NOT NULL AND stopped_at >= started_at
+),
+per_week AS (
+    SELECT
+        user_id,
+        epoch_day - pmod(epoch_day + 3, 7) AS monday,  -- pmod(.., 7): 0 = Monday
+        COUNT(*) AS entries,
+        SUM(CAST(micros AS DECIMAL(38,0))) AS micros
+    FROM finished
+    GROUP BY user_id, epoch_day - pmod(epoch_day + 3, 7)
+)
+SELECT
+    year(date_from_unix_date(CAST(w.monday + 3 AS INT))) AS iso_year,
+    (dayofyear(date_from_unix_date(CAST(w.monday + 3 AS INT))) - 1) DIV 7 + 1 AS iso_week,
+    date_from_unix_date(CAST(w.monday AS INT)) AS week_start,
+    w.user_id,
+    u.email,
+    u.full_name,
+    w.entries,
+    CAST((w.micros + 180000) DIV 360000 AS DECIMAL(20,0)) * 0.0001 AS hours
+FROM per_week w
+LEFT JOIN users u ON u.id = w.user_id

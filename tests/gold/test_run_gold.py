@@ -1,0 +1,87 @@
+"""run_gold and `lakehouse gold` on real Delta tables under tmp_path (Sail only: the
+classic PySpark here has no Delta jars)."""
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+
+from pipelines.cli import main
+from pipelines.gold.display import format_gold_reports
+from pipelines.gold.reports import REPORT_NAMES, REPORTS
+from pipelines.gold.run import run_gold
+from pipelines.lake import LakeLayout
+
+
+@pytest.fixture
+def sail(spark, engine):
+    if engine != "sail":  # classic and Connect sessions cannot share a process
+        pytest.fail("run this module with --engine sail (the default)")
+    return spark
+
+
+def write_silver(make_silver_frame, layout: LakeLayout, tables) -> None:
+    for table in tables:
+        make_silver_frame(table).write.format("delta").save(str(layout.silver("public", table)))
+
+
+def gold_rows(spark, layout: LakeLayout) -> dict:
+    return {name: sorted(tuple(r) for r in
+                         spark.read.format("delta").load(str(layout.gold(name))).collect())
+            for name in REPORT_NAMES}
+
+
+def test_run_gold_writes_every_report_and_a_rerun_is_identical(
+        sail, make_silver_frame, silver_rows, expected_reports, tmp_path):
+    layout = LakeLayout(tmp_path / "lake")
+    write_silver(make_silver_frame, layout, silver_rows)
+
+    first = run_gold(sail, layout)
+    assert first.rows == {name: len(rows) for name, rows in expected_reports.items()}
+    assert not first.skipped
+    for name in REPORT_NAMES:
+        spec = REPORTS[name]
+        gold = sail.read.format("delta").load(str(layout.gold(name)))
+        declared = ",".join(f"{column}:{type_}" for column, type_ in spec.columns)
+        assert gold.schema.simpleString() == f"struct<{declared}>"
+        assert_df_equality(gold, sail.createDataFrame(expected_reports[name], spec.ddl),
+                           ignore_row_order=True, ignore_nullable=True)
+    before = gold_rows(sail, layout)
+
+    second = run_gold(sail, layout)
+    assert second.rows == first.rows
+    assert gold_rows(sail, layout) == before
+    assert {DeltaTable(str(layout.gold(n))).version() for n in REPORT_NAMES} == {1}
+
+    shown = format_gold_reports(sail, layout, ["hours_per_user_per_week"], limit=2)
+    assert shown.splitlines()[:4] == [
+        "== hours_per_user_per_week: hours of finished time entries per user per ISO week (UTC)",
+        "iso_year  iso_week  week_start  user_id  email            full_name  entries   hours",
+        "--------  --------  ----------  -------  ---------------  ---------  -------  ------",
+        "    2027         1  2027-01-04        1  ana@example.com  Ana              1  1.0000",
+    ]
+
+
+def test_gold_verb_builds_what_it_can_and_names_missing_silver(
+        sail, make_silver_frame, expected_reports, tmp_path, monkeypatch, capsys):
+    layout = LakeLayout(tmp_path / "lake")
+    write_silver(make_silver_frame, layout, ["time_entries", "users"])
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{layout.root}'}}\n")
+    monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
+    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: sail)
+
+    assert main(["--config", str(config), "gold"]) == 2
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert list(lines) == list(REPORT_NAMES)
+    for name in ("hours_per_project_per_day", "billable_per_client_per_month"):
+        assert lines[name] == (
+            f"skipped, silver table(s) not found: {layout.silver('public', 'projects')}, "
+            f"{layout.silver('public', 'clients')} (run `lakehouse silver` first)")
+    assert lines["active_users_per_day"].startswith(
+        f"{len(expected_reports['active_users_per_day'])} rows in ")
+    assert lines["active_users_per_day"].endswith(f" -> {layout.gold('active_users_per_day')}")
+    assert not layout.gold("hours_per_project_per_day").exists()
+
+    assert main(["--config", str(config), "gold", "--report", "hours_per_user_per_week"]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"hours_per_user_per_week: {len(expected_reports['hours_per_user_per_week'])} rows in ")
