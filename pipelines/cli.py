@@ -21,6 +21,7 @@ log = logging.getLogger("lakehouse")
 # Verbs defined next to their code: each module has add_parser(verbs), which registers a
 # subparser whose defaults carry handler(args, config) -> exit code.
 COMMAND_MODULES: tuple[str, ...] = (
+    "pipelines.silver.command",
     "pipelines.gold.command",
     "pipelines.ingest.command",
 )

@@ -1,0 +1,267 @@
+"""One table's silver batch: from its new bronze rows to MERGE statements.
+
+bronze rows -> text events -> key changes expanded -> backfill chunks reconciled ->
+unchanged TOAST filled -> newest event per key above the truncate floor -> staged ->
+typed (validated) -> cast to the silver schema -> MERGE into silver, then into its
+tombstones.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
+
+from pipelines.bronze.schema import OP_TRUNCATE
+from pipelines.errors import DataError
+from pipelines.lake import LakeLayout
+from pipelines.silver.batch import latest_events
+from pipelines.silver.events import (
+    CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
+    field as struct_field, is_after, merge_shapes, shape_from_row, snapshot_rows,
+    value_columns)
+from pipelines.silver.evolution import SchemaPlan, plan_schema
+from pipelines.silver.key_change import expand_key_changes
+from pipelines.silver.maintenance import Maintenance
+from pipelines.silver.merge import (
+    delta_path, drop_stale_events, floor_merge_sql, silver_merge_sql, tombstone_merge_sql)
+from pipelines.silver.progress import TableProgress
+from pipelines.silver.reconcile import WINDOW_SCHEMA, reconcile_chunks, window_rows
+from pipelines.silver.scan import TableScan
+from pipelines.silver.table_shape import SourceColumn, TableShape
+from pipelines.silver.toast import fill_from_old_key_rows
+from pipelines.silver.types import check_typed, spark_type, typed_columns, typed_value
+from pipelines.silver.watermarks import ChunkWindow, Position, invisible_to_snapshot
+
+log = logging.getLogger(__name__)
+
+TOMBSTONES = "silver_tombstones"
+STAGING = "silver_staging"
+METADATA_FIELDS = (StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongType()),
+                   StructField(COMMIT_TS, TimestampType()))
+SOURCE_VIEW = "_lakehouse_silver_events"
+MAX_SNAPSHOT_TERMS = 64
+
+
+@dataclass
+class SilverContext:
+    """What every table's batch of one run shares."""
+
+    spark: SparkSession
+    layout: LakeLayout
+    maintenance: Maintenance
+    retention: timedelta
+    changes: DataFrame
+
+
+def tombstones_path(layout: LakeLayout, schema: str, table: str) -> Path:
+    """The sidecar Delta table of a silver table's tombstones."""
+    return layout.state(TOMBSTONES) / schema / table
+
+
+def _chunk_shape(run: SilverContext, table: TableScan) -> TableShape | None:
+    rows = _chunk_rows(run, table)
+    if rows is None:
+        return None
+    newest = rows.agg(F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
+                               F.struct("read_at", "chunk_id")).alias("shape")).collect()
+    shape = newest[0].shape if newest else None
+    schema, name = table.name.split(".", 1)
+    return None if shape is None else shape_from_row(schema, name, shape)
+
+
+def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
+    if not table.windows or not run.maintenance.exists(run.layout.bronze_snapshots):
+        return None
+    schema, name = table.name.split(".", 1)
+    ids = run.spark.createDataFrame([(w.backfill_id, w.chunk_id) for w in table.windows],
+                                    "backfill_id string, chunk_id long")
+    return (run.spark.read.format("delta").load(str(run.layout.bronze_snapshots))
+            .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
+            .join(ids, ["backfill_id", "chunk_id"]))
+
+
+def _table_rows(run: SilverContext, table: TableScan) -> DataFrame:
+    schema, name = table.name.split(".", 1)
+    return run.changes.filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
+
+
+def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after: Position,
+                 upto: Position) -> DataFrame:
+    """The table's text events in (after, upto], backfill chunks reconciled in."""
+    keys = shape.key_columns
+    rows = _table_rows(run, table)
+    new = rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(after[0]),
+                               F.lit(after[1]))
+                      & ~is_after(F.col("commit_lsn"), F.col("change_index"),
+                                  F.lit(upto[0]), F.lit(upto[1])))
+    events = changes_to_events(new, shape).transform(lambda df: expand_key_changes(df, keys))
+    chunk_rows = _chunk_rows(run, table)
+    if chunk_rows is None:
+        return events
+    newest_high = max(w.high for w in table.windows)
+    history = (rows.filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
+               .filter(window_candidates(table.windows)))
+    window_changes = (changes_to_events(history, shape)
+                      .transform(lambda df: expand_key_changes(df, keys)))
+    truncates = history.filter(F.col("op") == OP_TRUNCATE).select(
+        F.col("commit_lsn").alias(LSN), F.col("change_index").alias(CHANGE_INDEX),
+        F.col("xid").alias(XID))
+    windows = run.spark.createDataFrame(window_rows(table.windows), WINDOW_SCHEMA)
+    chunks = reconcile_chunks(snapshot_rows(chunk_rows, shape), windows, window_changes,
+                              truncates, keys, [c.name for c in shape.columns])
+    return events.unionByName(chunks)
+
+
+def window_candidates(windows: Sequence[ChunkWindow]) -> Column:
+    """Bronze rows that can be window changes of some chunk: after the earliest low
+    watermark, or in a transaction one of the snapshots did not see (a superset; the
+    exact test is per chunk, in reconcile_chunks)."""
+    earliest = min(w.low for w in windows)
+    after = is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(earliest[0]),
+                     F.lit(earliest[1]))
+    snapshots = {w.snapshot for w in windows if w.snapshot is not None}
+    if len(snapshots) > MAX_SNAPSHOT_TERMS:  # too long an expression: read all history
+        return F.lit(True)
+    for snap in snapshots:
+        after = after | invisible_to_snapshot(
+            F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
+            F.array(*(F.lit(x) for x in snap.xip)).cast(ArrayType(LongType())))
+    return after
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying one table's batch changed beyond rows."""
+
+    floor: Position | None  # the table's truncate floor now
+    columns_added: tuple[str, ...] = ()
+    columns_widened: tuple[str, ...] = ()
+
+
+def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upto: Position,
+                newest_commit_micros: int | None, replace_tables: bool = False) -> Applied:
+    """Apply one table's new bronze (after before.position, up to `upto`) to silver."""
+    if table.shape_error or table.window_error:
+        raise DataError(table.shape_error or table.window_error)
+    floor = max(filter(None, [before.floor, table.truncate]), default=None)
+    floor_moved = floor is not None and floor != before.floor
+    shape = table.shape
+    if table.windows:
+        chunk_shape = _chunk_shape(run, table)
+        shape = merge_shapes(shape, chunk_shape) if shape else chunk_shape
+    schema, name = table.name.split(".", 1)
+    silver_path = run.layout.silver(schema, name)
+    marks_path = tombstones_path(run.layout, schema, name)
+    if shape is None:  # no row says what the table looks like: a bare truncate
+        if floor_moved:
+            for path in (silver_path, marks_path):
+                _truncate(run, path, floor)
+        return Applied(floor)
+    keys = list(shape.key_columns)
+
+    latest = _staged(run, latest_events(batch_events(run, table, shape, before.position, upto),
+                                        shape, floor), shape)
+    check_typed(latest, shape)  # a value that cannot be typed stops the table
+    typed = typed_columns(latest, shape.columns, table=shape.qualified_name)
+
+    batch_fields = [StructField(c.name, spark_type(c), True) for c in shape.columns]
+    created = _ensure_table(run, silver_path, StructType(batch_fields + list(METADATA_FIELDS)),
+                            replace_tables)
+    target = run.spark.read.format("delta").load(str(silver_path)).schema
+    plan = plan_schema(shape.qualified_name, target, batch_fields)
+    _evolve(run, silver_path, target, plan)
+    final = plan.final_schema(target)
+    types = {f.name: f.dataType for f in final.fields}
+    mark_schema = StructType([StructField(k, types[k], True) for k in keys]
+                             + list(METADATA_FIELDS))
+    _ensure_table(run, marks_path, mark_schema, replace_tables)
+    marked = run.spark.read.format("delta").load(str(marks_path)).schema
+    marked_keys = [n for n in marked.names if n not in (LSN, CHANGE_INDEX, COMMIT_TS)]
+    if marked_keys != keys:
+        raise DataError(f"{shape.qualified_name}: the primary key changed from "
+                        f"{marked_keys} to {keys}; rebuild the table from bronze with "
+                        f"`lakehouse silver --rebuild {shape.qualified_name}`")
+    _evolve(run, marks_path, marked,
+            SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
+
+    carried = [c.name for c in shape.columns]
+    base = typed.select(*(col(n).cast(types[n]).alias(n) if n in types else col(n)
+                          for n in typed.columns))
+    source = base
+    if table.moved and not created:
+        old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
+                               struct_field(F.col(OLD_KEY), k)).cast(types[k])
+                   for k in keys for c in shape.columns if c.name == k]
+        silver = run.spark.read.format("delta").load(str(silver_path))
+        source = fill_from_old_key_rows(source, silver, old_key, keys,
+                                        [c for c in value_columns(shape) if c in target.names])
+    source = source.select(*(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP,
+                                             UNCHANGED]))
+    marks = run.spark.read.format("delta").load(str(marks_path))
+    drop_stale_events(source, marks, keys).createOrReplaceTempView(SOURCE_VIEW)
+    run.spark.sql(silver_merge_sql(delta_path(silver_path), SOURCE_VIEW, keys, final.names,
+                                   carried, floor if floor_moved else None)).collect()
+
+    base.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
+        .createOrReplaceTempView(SOURCE_VIEW)
+    expire = (newest_commit_micros - run.retention // timedelta(microseconds=1)
+              if newest_commit_micros is not None else None)
+    run.spark.sql(tombstone_merge_sql(delta_path(marks_path), SOURCE_VIEW, keys,
+                                      floor if floor_moved else None, expire)).collect()
+    run.maintenance.register(run.spark, schema, name, silver_path)
+    if plan.new or plan.widen:
+        log.info("silver %s: added columns %s, widened %s", shape.qualified_name,
+                 [f.name for f in plan.new], sorted(plan.widen))
+    return Applied(floor, tuple(f.name for f in plan.new), tuple(sorted(plan.widen)))
+
+
+def _truncate(run: SilverContext, path: Path, floor: Position) -> None:
+    if run.maintenance.exists(path):
+        run.spark.read.format("delta").load(str(path)).limit(0) \
+            .createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(floor_merge_sql(delta_path(path), SOURCE_VIEW, floor)).collect()
+
+
+def _staged(run: SilverContext, latest: DataFrame, shape: TableShape) -> DataFrame:
+    """Materialize the batch's events once (Parquet, overwritten by the next run): the
+    check and both MERGE statements then read a few rows instead of re-running the
+    reconcile plan, and are sure to see the same events."""
+    path = str(run.layout.state(STAGING) / shape.schema / shape.table)
+    latest = latest.drop(XID)
+    latest.write.mode("overwrite").parquet(path)
+    return run.spark.read.schema(latest.schema).parquet(path)
+
+
+def _ensure_table(run: SilverContext, path, schema: StructType, replace_table: bool) -> bool:
+    """Create an empty Delta table (or replace one, for a rebuild); True if created."""
+    if run.maintenance.exists(path) and not replace_table:
+        return False
+    writer = run.spark.createDataFrame([], schema).write.format("delta")
+    if replace_table:
+        writer = writer.mode("overwrite").option("overwriteSchema", "true")
+    writer.save(str(path))
+    return True
+
+
+def _evolve(run: SilverContext, path, target: StructType, plan: SchemaPlan) -> None:
+    """Widen columns (rewrite, values unchanged), then add new ones by MERGE WITH SCHEMA
+    EVOLUTION of an empty source: the table's own statement on every engine."""
+    if plan.widen:
+        current = run.spark.read.format("delta").load(str(path))
+        current.select(*(col(f.name).cast(plan.widen[f.name]).alias(f.name)
+                         if f.name in plan.widen else col(f.name) for f in target.fields)) \
+            .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .save(str(path))
+    if plan.new:
+        run.spark.createDataFrame([], plan.final_schema(target)) \
+            .createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(f"MERGE WITH SCHEMA EVOLUTION INTO {delta_path(path)} t USING "
+                      f"{SOURCE_VIEW} s ON FALSE WHEN NOT MATCHED THEN INSERT *").collect()
+

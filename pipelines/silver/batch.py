@@ -1,0 +1,30 @@
+"""The text-level steps of one silver batch, chained: events in, one event per key out."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.silver.events import CHANGE_INDEX, LSN, is_after, value_columns
+from pipelines.silver.latest import latest_change_per_key
+from pipelines.silver.table_shape import TableShape
+from pipelines.silver.toast import fill_unchanged_toast
+from pipelines.silver.watermarks import Position
+
+
+def above_floor(events: DataFrame, floor: Position | None) -> DataFrame:
+    """Drop events at or below a truncate's position: the truncate removed them."""
+    if floor is None:
+        return events
+    return events.filter(is_after(F.col(LSN), F.col(CHANGE_INDEX),
+                                  F.lit(floor[0]), F.lit(floor[1])))
+
+
+def latest_events(events: DataFrame, shape: TableShape,
+                  floor: Position | None = None) -> DataFrame:
+    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor."""
+    keys = shape.key_columns
+    return (events
+            .transform(lambda df: fill_unchanged_toast(df, keys, value_columns(shape)))
+            .transform(lambda df: latest_change_per_key(df, keys))
+            .transform(lambda df: above_floor(df, floor)))

@@ -1,0 +1,134 @@
+"""`run_silver`: one incremental silver run over the tables in scope.
+
+Scan bronze for what is new per table, apply each table's batch (apply.py), then record
+progress once, after the MERGE statements of all tables. A table that fails with a
+DataError (an unsafe type change, corrupt rows) is reported and keeps its progress;
+the other tables go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Sequence
+
+from pyspark.sql import SparkSession
+
+from pipelines.config import ALL_TABLES, Config
+from pipelines.errors import ConfigError, DataError
+from pipelines.lake import LakeLayout
+from pipelines.silver.apply import SilverContext, apply_table
+from pipelines.silver.maintenance import maintenance_for
+from pipelines.silver.progress import START, TableProgress, read_progress, write_progress
+from pipelines.silver.scan import lower_bounds, scan_bronze, watermarks_before
+from pipelines.silver.watermarks import Position
+
+log = logging.getLogger(__name__)
+
+PROGRESS_TABLE = "silver_progress"
+
+
+@dataclass(frozen=True)
+class TableReport:
+    """What one run did to one silver table (bronze row counts, not MERGE metrics)."""
+
+    table: str
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    truncated: bool = False
+    chunks: int = 0
+    columns_added: tuple[str, ...] = ()
+    columns_widened: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SilverRunReport:
+    """One silver run: the bronze position applied up to and each table touched."""
+
+    upto: Position | None
+    tables: tuple[TableReport, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> tuple[TableReport, ...]:
+        return tuple(t for t in self.tables if t.error)
+
+
+def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:
+    """The run's scope as schema.table names (None: every table bronze holds)."""
+    wanted = None if not tables else [t if "." in t else f"public.{t}" for t in tables]
+    if config.source.tables == ALL_TABLES:
+        return wanted
+    configured = list(config.source.tables)
+    if wanted is None:
+        return configured
+    unknown = sorted(set(wanted) - set(configured))
+    if unknown:
+        raise ConfigError(f"--table {', '.join(unknown)}: not in source.tables "
+                          f"({', '.join(configured)})")
+    return wanted
+
+
+def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None = None,
+               rebuild: Sequence[str] = ()) -> SilverRunReport:
+    """Apply the bronze that is new since the last run to every table in scope.
+
+    tables: limit the run to these (schema.table, or a name in public); rebuild: tables
+    to rebuild from all of bronze (their silver and tombstone tables are replaced).
+    """
+    started = time.monotonic()
+    layout = LakeLayout(config.lake.path)
+    maintenance = maintenance_for(config, spark)
+    maintenance.register_all(spark, layout.root / "silver")
+    scope = configured_tables(config, list(tables or []) + list(rebuild) or None)
+    rebuild = [t if "." in t else f"public.{t}" for t in rebuild]
+    if not maintenance.exists(layout.bronze_changes):
+        log.info("silver: no bronze yet at %s", layout.bronze_changes)
+        return SilverRunReport(None)
+    progress_path = layout.state(PROGRESS_TABLE)
+    progress_exists = maintenance.exists(progress_path)
+    progress = read_progress(spark, progress_path, progress_exists)
+    if rebuild:  # first record the intent: a crash mid-rebuild must not resume half-way
+        write_progress(spark, progress_path, progress_exists,
+                       {t: TableProgress(START) for t in rebuild}, None)
+        progress_exists = True
+        progress = replace(progress, tables={**progress.tables,
+                                             **{t: TableProgress(START) for t in rebuild}})
+
+    changes = spark.read.format("delta").load(str(layout.bronze_changes))
+    bounds, default = lower_bounds(progress, scope)
+    scan = scan_bronze(changes, bounds, default, scope,
+                       lambda: watermarks_before(changes, min([default, *bounds.values()])))
+    if scan.upto is None:
+        return SilverRunReport(None, seconds=time.monotonic() - started)
+    run = SilverContext(spark, layout, maintenance,
+                        timedelta(hours=config.silver.tombstone_retention_hours), changes)
+    reports, new_progress = [], {}
+    for name in sorted(scan.tables):
+        table = scan.tables[name]
+        if not table.has_work:
+            continue
+        before = progress.of(name)
+        try:
+            applied = apply_table(run, table, before, scan.upto, scan.newest_commit_micros,
+                                  replace_tables=name in rebuild)
+        except DataError as exc:
+            log.debug("silver %s stopped: %s", name, exc)
+            new_progress[name] = replace(before, error=str(exc))
+            reports.append(TableReport(name, error=str(exc)))
+            continue
+        new_progress[name] = TableProgress(scan.upto, applied.floor)
+        reports.append(TableReport(table.name, table.inserts, table.updates, table.deletes,
+                                   table.truncate is not None, len(table.windows),
+                                   applied.columns_added, applied.columns_widened))
+    for name in set(bounds) & set(progress.tables) - set(new_progress):
+        before = progress.tables[name]  # nothing new up to scan.upto: move it up
+        if before.error is None and before.position < scan.upto:
+            new_progress[name] = replace(before, position=scan.upto)
+    write_progress(spark, progress_path, progress_exists, new_progress,
+                   scan.upto if tables is None and not rebuild else None)
+    return SilverRunReport(scan.upto, tuple(reports), time.monotonic() - started)

@@ -1,0 +1,113 @@
+"""The little table maintenance silver needs, behind one adapter per place it runs.
+
+Sail has no Delta maintenance SQL and an in-memory catalog (DESIGN.md portability rules
+1 and 8), so on the local and spark engines delta-rs answers "is there a Delta table at
+this path" and silver tables are registered in the session catalog by path at the start
+of every run; on Databricks Spark answers and the tables are registered once in Unity
+Catalog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+
+from pipelines.config import Config
+from pipelines.silver.events import quote
+
+CATALOG_DATABASE = "silver"
+
+
+def table_name(schema: str, table: str) -> str:
+    """A silver table's name in a catalog: the table's own name for schema public,
+    else <schema>_<table> (users, sales_orders)."""
+    return table if schema == "public" else f"{schema}_{table}"
+
+
+def catalog_name(schema: str, table: str) -> str:
+    """The local session-catalog name of a silver table: silver.users."""
+    return f"{CATALOG_DATABASE}.{quote(table_name(schema, table))}"
+
+
+class Maintenance(Protocol):
+    def exists(self, path: Path) -> bool:
+        """Whether a Delta table is at `path`."""
+
+    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
+        """Make the silver table of schema.table, at `path`, queryable by name."""
+
+    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
+        """Register every silver table under `root` (<lake>/silver): at session start."""
+
+
+class LocalMaintenance:
+    """delta-rs on the local file system; tables registered in the in-memory catalog."""
+
+    # (session, name) -> path registered, for as long as the process runs
+    _registered: dict[tuple[int, str], Path] = {}
+
+    def exists(self, path: Path) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(str(path))
+
+    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
+        # The catalog lives as long as the session: the name may still point at another
+        # lake's table (tests, a changed config). Dropping an external table keeps its data.
+        name = catalog_name(schema, table)
+        if self._registered.get((id(spark), name)) == path:
+            return
+        database = name.split(".", 1)[0]
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+        location = str(path).replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{location}'")
+        self._registered[(id(spark), name)] = path
+
+    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
+        names = []
+        if not root.is_dir():
+            return names
+        for schema_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            for table_dir in sorted(p for p in schema_dir.iterdir() if p.is_dir()):
+                if self.exists(table_dir):
+                    self.register(spark, schema_dir.name, table_dir.name, table_dir)
+                    names.append(catalog_name(schema_dir.name, table_dir.name))
+        return names
+
+
+class DatabricksMaintenance:
+    """The job cluster's session; silver tables become external Unity Catalog tables
+    <catalog>.<silver_schema>.<name> over their paths (needs an external location)."""
+
+    def __init__(self, spark: SparkSession, catalog: str, schema: str) -> None:
+        self.spark = spark
+        self.database = f"{quote(catalog)}.{quote(schema)}"
+
+    def exists(self, path: Path) -> bool:
+        from pyspark.errors import AnalysisException
+
+        try:
+            self.spark.read.format("delta").load(str(path)).schema
+        except AnalysisException:
+            return False
+        return True
+
+    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
+        location = str(path).replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {self.database}."
+                  f"{quote(table_name(schema, table))} USING DELTA LOCATION '{location}'")
+
+    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
+        return []  # Unity Catalog persists: tables are registered when first written
+
+
+def maintenance_for(config: Config, spark: SparkSession) -> Maintenance:
+    """The adapter for `config.engine`."""
+    if config.engine == "databricks":
+        return DatabricksMaintenance(spark, config.databricks.catalog,
+                                     config.databricks.silver_schema)
+    return LocalMaintenance()
+

@@ -1,0 +1,137 @@
+"""The MERGE statements that apply one batch of events to a silver table and its tombstones.
+
+Plain Spark SQL, the same on Sail and Databricks (DESIGN.md portability rules): a row
+changes only for an event at a higher position, so replays and re-runs are no-ops.
+
+    silver (live rows only)                   tombstones (sidecar, same key)
+    upsert newer than row  -> update/insert   delete newer than tombstone -> record it
+    delete newer than row  -> delete row      upsert newer than tombstone -> drop it
+    truncate floor         -> drop rows <= it  floor / retention           -> drop old ones
+
+Events older than a key's tombstone are filtered out of the source before the silver
+MERGE (`drop_stale_events`). The silver MERGE runs first: if the job stops between the
+two statements, the re-run sees the old tombstones, decides the same, and finishes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.silver.events import (
+    CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
+from pipelines.silver.watermarks import Position
+
+
+def delta_path(path: Path | str) -> str:
+    """A Delta table by path in Spark SQL: delta.`/lake/silver/public/users`."""
+    return "delta." + quote(str(path))
+
+
+def _newer(source: str = "s", target: str = "t") -> str:
+    return (f"({source}.{LSN} > {target}.{LSN} OR ({source}.{LSN} = {target}.{LSN} "
+            f"AND {source}.{CHANGE_INDEX} > {target}.{CHANGE_INDEX}))")
+
+
+def _at_or_below(floor: Position, alias: str = "t") -> str:
+    lsn, index = floor
+    return (f"({alias}.{LSN} < {lsn} OR ({alias}.{LSN} = {lsn} "
+            f"AND {alias}.{CHANGE_INDEX} <= {index}))")
+
+
+def _on(keys: Sequence[str]) -> str:
+    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+
+
+def silver_merge_sql(target: str, source: str, keys: Sequence[str],
+                     target_columns: Sequence[str], source_columns: Sequence[str],
+                     floor: Position | None = None) -> str:
+    """MERGE of the events view `source` into the silver table `target`.
+
+    target_columns: every column of the target table (after schema evolution);
+    source_columns: the source columns the events carry. Target columns the source no
+    longer has (dropped in Postgres) become NULL in rows the batch writes. An unchanged
+    TOAST column keeps the target's value. `floor`: a truncate in this batch; rows at
+    or below it that the batch does not write are deleted.
+    """
+    carried = set(source_columns) | {LSN, CHANGE_INDEX, COMMIT_TS}
+
+    def value(name: str) -> str:
+        if name not in carried:
+            return "NULL"
+        if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS):
+            return f"s.{quote(name)}"
+        return (f"CASE WHEN array_contains(s.{UNCHANGED}, '{_string(name)}') "
+                f"THEN t.{quote(name)} ELSE s.{quote(name)} END")
+
+    def inserted(name: str) -> str:
+        if name not in carried:
+            return "NULL"
+        if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS):
+            return f"s.{quote(name)}"
+        return f"CASE WHEN array_contains(s.{UNCHANGED}, '{_string(name)}') " \
+               f"THEN NULL ELSE s.{quote(name)} END"
+
+    updates = ", ".join(f"{quote(n)} = {value(n)}" for n in target_columns if n not in keys)
+    names = ", ".join(quote(n) for n in target_columns)
+    values = ", ".join(inserted(n) for n in target_columns)
+    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys)}\n"
+           f"WHEN MATCHED AND s.{OP} = '{DELETE}' AND {_newer()} THEN DELETE\n"
+           f"WHEN MATCHED AND s.{OP} = '{UPSERT}' AND {_newer()} THEN UPDATE SET {updates}\n"
+           f"WHEN NOT MATCHED AND s.{OP} = '{UPSERT}' THEN INSERT ({names}) VALUES ({values})")
+    if floor is not None:
+        sql += f"\nWHEN NOT MATCHED BY SOURCE AND {_at_or_below(floor)} THEN DELETE"
+    return sql
+
+
+def tombstone_merge_sql(target: str, source: str, keys: Sequence[str],
+                        floor: Position | None = None,
+                        expire_before_micros: int | None = None) -> str:
+    """MERGE of the same events into the tombstone table (keys + position + commit time).
+
+    Tombstones at or below a new truncate `floor` or committed before
+    `expire_before_micros` (the retention horizon, Unix microseconds) are removed.
+    """
+    meta = [LSN, CHANGE_INDEX, COMMIT_TS]
+    names = ", ".join(quote(n) for n in [*keys, *meta])
+    values = ", ".join(f"s.{quote(n)}" for n in [*keys, *meta])
+    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys)}\n"
+           f"WHEN MATCHED AND s.{OP} = '{DELETE}' AND {_newer()} THEN UPDATE SET "
+           + ", ".join(f"{n} = s.{n}" for n in meta) + "\n"
+           f"WHEN MATCHED AND s.{OP} = '{UPSERT}' AND {_newer()} THEN DELETE\n"
+           f"WHEN NOT MATCHED AND s.{OP} = '{DELETE}' THEN INSERT ({names}) VALUES ({values})")
+    expired = []
+    if floor is not None:
+        expired.append(_at_or_below(floor))
+    if expire_before_micros is not None:
+        expired.append(f"t.{COMMIT_TS} < timestamp_micros({int(expire_before_micros)})")
+    if expired:
+        sql += f"\nWHEN NOT MATCHED BY SOURCE AND ({' OR '.join(expired)}) THEN DELETE"
+    return sql
+
+
+def floor_merge_sql(target: str, source: str, floor: Position) -> str:
+    """Remove the rows at or below a truncate floor (`source`: any empty relation)."""
+    return (f"MERGE INTO {target} t USING {source} s ON FALSE\n"
+            f"WHEN NOT MATCHED BY SOURCE AND {_at_or_below(floor)} THEN DELETE")
+
+
+def _string(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def drop_stale_events(events: DataFrame, tombstones: DataFrame | None,
+                      keys: Sequence[str]) -> DataFrame:
+    """Events not newer than their key's tombstone: a stale or replayed event must not
+    resurrect a deleted row."""
+    if tombstones is None:
+        return events
+    marks = tombstones.select(*(col(k) for k in keys), F.col(LSN).alias("_cdc_t_lsn"),
+                              F.col(CHANGE_INDEX).alias("_cdc_t_ci"))
+    newer = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.col("_cdc_t_lsn"), F.col("_cdc_t_ci"))
+    return (events.join(marks, list(keys), "left")
+            .filter(F.col("_cdc_t_lsn").isNull() | newer)
+            .select(*(col(c) for c in events.columns)))

@@ -1,0 +1,183 @@
+"""What is new in bronze for silver: one aggregate and one small collect per run.
+
+Each table's new rows are those after its progress position. The scan reads bronze once
+for a per-table summary (newest shape, counts, newest position) and once for the
+control rows (truncates and backfill watermarks), which are few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.bronze.schema import (
+    OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
+from pipelines.errors import DataError
+from pipelines.silver.events import is_after, shape_from_row
+from pipelines.silver.progress import Progress
+from pipelines.silver.table_shape import TableShape
+from pipelines.silver.watermarks import (
+    ChunkWindow, Position, Watermark, chunk_windows, parse_watermark)
+
+
+@dataclass
+class TableScan:
+    """One table's new bronze rows, summarized."""
+
+    name: str
+    shape: TableShape | None = None
+    shape_error: str | None = None
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    truncate: Position | None = None  # the newest truncate among the new rows
+    moved: bool = False  # some update sent an old key: maybe a key change
+    windows: list[ChunkWindow] = field(default_factory=list)
+    window_error: str | None = None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.inserts or self.updates or self.deletes or self.truncate
+                    or self.windows or self.window_error)
+
+
+@dataclass
+class BronzeScan:
+    """Everything new in bronze for the tables in scope, up to `upto`."""
+
+    upto: Position | None
+    newest_commit_micros: int | None  # the newest commit time, Unix microseconds
+    tables: dict[str, TableScan]
+
+
+def _name(schema: Column, table: Column) -> Column:
+    return F.concat_ws(".", schema, table)
+
+
+def lower_bounds(progress: Progress, scope: Iterable[str] | None
+                 ) -> tuple[dict[str, Position], Position]:
+    """Each known table's exclusive lower bound, and the one for tables not seen yet."""
+    bounds = {name: p.position for name, p in progress.tables.items()}
+    if scope is not None:
+        bounds = {n: bounds.get(n, progress.scanned) for n in scope}
+    return bounds, progress.scanned
+
+
+def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
+             scope: Iterable[str] | None) -> DataFrame:
+    """Rows after each table's bound (messages: after the lowest bound)."""
+    lowest = min([default, *bounds.values()])
+    name = _name(F.col("schema_name"), F.col("table_name"))
+    lsn, index = F.when(F.col("schema_name").isNull(), F.lit(lowest[0])), \
+        F.when(F.col("schema_name").isNull(), F.lit(lowest[1]))
+    for table, bound in bounds.items():
+        lsn, index = lsn.when(name == table, F.lit(bound[0])), index.when(name == table,
+                                                                          F.lit(bound[1]))
+    lsn, index = lsn.otherwise(F.lit(default[0])), index.otherwise(F.lit(default[1]))
+    rows = changes.filter(F.col("commit_lsn") >= F.lit(lowest[0]))
+    if scope is not None:
+        rows = rows.filter(F.col("schema_name").isNull() | name.isin(list(scope)))
+    return rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), lsn, index))
+
+
+def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Position,
+                scope: Iterable[str] | None,
+                older_watermarks: Callable[[], Iterable[Watermark]]) -> BronzeScan:
+    """Summarize the new rows per table (two actions, plus one when a chunk's low
+    watermark is older than the new rows)."""
+    rows = new_rows(changes, bounds, default, scope)
+    position = F.struct("commit_lsn", "change_index")
+    shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
+    summary = rows.groupBy("schema_name", "table_name").agg(
+        F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
+                 F.when(shaped & (F.col("op") != OP_MESSAGE), position)).alias("shape"),
+        *(F.count(F.when(F.col("op") == op, F.lit(1))).alias(op)
+          for op in (OP_INSERT, OP_UPDATE, OP_DELETE)),
+        F.max(F.when((F.col("op") == OP_UPDATE) & F.col("old_values").isNotNull(),
+                     F.lit(1))).alias("moved"),
+        F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
+    ).collect()
+    if not summary:
+        return BronzeScan(None, None, {})
+    upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
+    newest = [r.newest for r in summary if r.newest is not None]
+    tables: dict[str, TableScan] = {}
+    for r in summary:
+        if r.schema_name is None:
+            continue
+        scan = tables.setdefault(f"{r.schema_name}.{r.table_name}",
+                                 TableScan(f"{r.schema_name}.{r.table_name}"))
+        scan.inserts, scan.updates, scan.deletes = r[OP_INSERT], r[OP_UPDATE], r[OP_DELETE]
+        scan.moved = bool(r.moved)
+        if r.shape is not None:
+            try:
+                scan.shape = shape_from_row(r.schema_name, r.table_name, r.shape)
+            except DataError as exc:
+                scan.shape_error = str(exc)
+
+    control = rows.filter((F.col("op") == OP_TRUNCATE) | (
+        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))).select(
+        "schema_name", "table_name", "op", "commit_lsn", "change_index",
+        F.unix_micros("commit_ts").alias("commit_micros"), "message_content").collect()
+    marks: list[Watermark] = []
+    for r in control:
+        position = (r.commit_lsn, r.change_index)
+        if r.op == OP_TRUNCATE:
+            scan = tables.setdefault(f"{r.schema_name}.{r.table_name}",
+                                     TableScan(f"{r.schema_name}.{r.table_name}"))
+            scan.truncate = max(scan.truncate or position, position)
+        else:
+            marks.append(parse_watermark(bytes(r.message_content), position,
+                                         utc_from_micros(r.commit_micros)))
+    _add_windows(tables, marks, bounds, default, scope, older_watermarks)
+    return BronzeScan(upto, max(newest) if newest else None, tables)
+
+
+def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
+                 bounds: dict[str, Position], default: Position,
+                 scope: Iterable[str] | None,
+                 older_watermarks: Callable[[], Iterable[Watermark]]) -> None:
+    in_scope = None if scope is None else set(scope)
+    highs = [m for m in marks if m.kind == "high"
+             and (in_scope is None or m.table in in_scope)
+             and m.position > bounds.get(m.table, default)]
+    if not highs:
+        return
+    lows = {(m.backfill_id, m.chunk_id) for m in marks if m.kind == "low"}
+    if any((h.backfill_id, h.chunk_id) not in lows for h in highs):
+        marks = marks + list(older_watermarks())
+    by_table: dict[str, list[Watermark]] = {}
+    wanted = {(h.backfill_id, h.chunk_id) for h in highs}
+    for m in marks:
+        if (m.backfill_id, m.chunk_id) in wanted and (m.kind == "low" or m in highs):
+            by_table.setdefault(m.table, []).append(m)
+    for table, table_marks in by_table.items():
+        scan = tables.setdefault(table, TableScan(table))
+        try:
+            scan.windows = chunk_windows(table_marks)
+        except DataError as exc:
+            scan.window_error = str(exc)
+
+
+def watermarks_before(changes: DataFrame, before: Position) -> list[Watermark]:
+    """All watermark messages at or before `before` (a chunk's low may be that old)."""
+    rows = changes.filter(
+        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX)
+        & ~is_after(F.col("commit_lsn"), F.col("change_index"),
+                    F.lit(before[0]), F.lit(before[1])))
+    return [parse_watermark(bytes(r.message_content), (r.commit_lsn, r.change_index),
+                            utc_from_micros(r.commit_micros))
+            for r in rows.select("commit_lsn", "change_index",
+                                 F.unix_micros("commit_ts").alias("commit_micros"),
+                                 "message_content").collect()]
+
+
+def utc_from_micros(micros: int | None) -> datetime | None:
+    """An aware UTC datetime (collected timestamps are naive, in an engine's time zone)."""
+    if micros is None:
+        return None
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)

@@ -1,0 +1,66 @@
+import pytest
+from bronze_builder import Table, assert_frames, spark_frame
+from chispa import assert_df_equality
+
+from pipelines.errors import DataError
+from pipelines.silver.events import changes_to_events, shape_from_row, snapshot_rows
+from pipelines.silver.table_shape import SourceColumn, TableShape
+
+pytestmark = pytest.mark.spark
+
+ITEMS = Table()
+SHAPE = TableShape("public", "items", (SourceColumn("id", "int4", -1, True),
+                                       SourceColumn("name", "text", -1, False),
+                                       SourceColumn("doc", "text", -1, False)))
+OUT = ("id string, name string, doc string, _lsn long, _change_index long, _cdc_op string, "
+       "_cdc_unchanged array<string>, _cdc_old_key struct<id:string>")
+
+
+def events(df):
+    return df.select("id", "name", "doc", "_lsn", "_change_index", "_cdc_op",
+                     "_cdc_unchanged", "_cdc_old_key")
+
+
+def test_rows_become_text_events(spark):
+    full_old_row = ITEMS.update(15, 0, id=4, name="b", doc="x")
+    full_old_row.update(old_kind="O", old_values=["4", "a", "x"])  # same key: no key change
+    before_add_column = Table(columns=("id", "name"), types=("int4", "text"))
+    bronze = spark_frame(spark, [
+        ITEMS.insert(10, 0, id=1, name="a", doc="big"),
+        ITEMS.update(11, 0, id=1, name=None, unchanged=["doc"]),  # name set NULL, doc kept
+        ITEMS.delete(12, 0, id=1),
+        ITEMS.update(13, 0, id=3, name="moved", doc="d", old_key={"id": 2}),
+        ITEMS.truncate(14, 0),
+        full_old_row,
+        before_add_column.insert(16, 0, id=5, name="old shape"),
+    ])
+    expected = spark.createDataFrame([
+        ("1", "a", "big", 10, 0, "upsert", [], None),
+        ("1", None, None, 11, 0, "upsert", ["doc"], None),
+        ("1", None, None, 12, 0, "delete", [], None),
+        ("3", "moved", "d", 13, 0, "upsert", [], ("2",)),
+        ("4", "b", "x", 15, 0, "upsert", [], None),
+        ("5", "old shape", None, 16, 0, "upsert", [], None),
+    ], OUT)
+    assert_frames(events(changes_to_events(bronze, SHAPE)), expected, ["_lsn"])
+
+
+def test_snapshot_rows_by_column_name(spark):
+    from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
+
+    reordered = Table(columns=("doc", "id", "name"), types=("text", "int4", "text"))
+    bronze = spark_frame(spark, [reordered.chunk_row("b1", 1, 0, id=5, name="n", doc="d")],
+                         SNAPSHOTS_SCHEMA)
+    expected = spark.createDataFrame(
+        [("b1", 1, "5", "n", "d")],
+        "_cdc_backfill_id string, _cdc_chunk_id long, id string, name string, doc string")
+    assert_df_equality(snapshot_rows(bronze, SHAPE), expected, ignore_nullable=True)
+
+
+def test_shape_from_row_and_refusals():
+    row = ITEMS.insert(1, 0, id=1)
+    assert shape_from_row("public", "items", row) == SHAPE
+    with pytest.raises(DataError, match="no key columns"):
+        shape_from_row("public", "items", {**row, "key_columns": []})
+    with pytest.raises(DataError, match="clash"):
+        shape_from_row("public", "items", {**row, "columns": ["id", "_lsn", "doc"]})

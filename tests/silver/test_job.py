@@ -1,0 +1,197 @@
+"""The silver job end to end on real Delta tables under tmp_path (Sail only)."""
+
+from __future__ import annotations
+
+import pytest
+from bronze_builder import Table, make_config
+from deltalake import DeltaTable
+
+from pipelines.silver import job as job_module
+from pipelines.silver.apply import tombstones_path
+from pipelines.silver.job import run_silver
+
+ITEMS = Table()
+MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
+                ("project", "member"))
+SNAP = {"xmin": 90, "xmax": 95, "xip": []}
+
+
+def rows(spark, path, *order):
+    df = spark.read.format("delta").load(str(path))
+    return [tuple(r) for r in df.orderBy(*(order or df.columns[:1])).collect()]
+
+
+def items(spark, root, with_meta=False):
+    df = spark.read.format("delta").load(str(root / "silver" / "public" / "items"))
+    columns = df.columns if with_meta else ["id", "name", "doc"]
+    return [tuple(r) for r in df.select(*columns).orderBy("id").collect()]
+
+
+def versions(root):
+    return {log.parent.relative_to(root).as_posix(): DeltaTable(str(log.parent)).version()
+            for log in sorted(root.glob("**/_delta_log"))}
+
+
+def history(lake):
+    """Two tables, every kind of change, and a backfill chunk of rows older than the slot."""
+    lake.append_changes([
+        ITEMS.insert(10, 0, id=1, name="a", doc="D1"),
+        ITEMS.insert(10, 1, id=2, name="b", doc="D2"),
+        ITEMS.insert(10, 2, id=3, name="c", doc="D3"),
+        MEMBERS.insert(10, 3, project=1, member=1, role="owner"),
+        MEMBERS.insert(10, 4, project=1, member=2, role="dev"),
+        ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),  # TOAST left alone
+        ITEMS.delete(12, 0, id=2),
+        ITEMS.insert(13, 0, id=2, name="b2", doc="D2b"),  # inserted again
+        ITEMS.update(14, 0, id=30, name="c", unchanged=["doc"], old_key={"id": 3}),  # key change
+        ITEMS.update(15, 0, id=1, name="a2", doc=None),  # doc set to NULL
+        MEMBERS.truncate(16, 0),
+        MEMBERS.insert(17, 0, project=1, member=3, role="viewer"),
+        ITEMS.watermark(18, 0, "b1", 1, "low"),
+        ITEMS.update(19, 0, id=101, name="new", unchanged=["doc"], xid=93),  # in the window
+        ITEMS.watermark(20, 0, "b1", 1, "high", SNAP),
+        ITEMS.watermark(21, 0, "b1", 2, "low"),  # no high yet: chunk 2 is not applied
+    ])
+    lake.append_snapshots([
+        ITEMS.chunk_row("b1", 1, 0, id=100, name="old", doc="P100"),
+        ITEMS.chunk_row("b1", 1, 1, id=101, name="stale", doc="P101"),
+        ITEMS.chunk_row("b1", 2, 0, id=102, name="later", doc="P102"),
+    ])
+
+
+EXPECTED_ITEMS = [(1, "a2", None), (2, "b2", "D2b"), (30, "c", "D3"), (100, "old", "P100"),
+                  (101, "new", "P101")]
+
+
+def test_run_applies_every_kind_of_change_and_a_second_run_commits_nothing(sail, lake, config):
+    history(lake)
+    report = run_silver(config, sail)
+    assert report.upto == (21, 0) and not report.failed
+    assert {t.table: (t.inserts, t.updates, t.deletes, t.truncated, t.chunks)
+            for t in report.tables} == {"public.items": (4, 4, 1, False, 1),
+                                         "public.members": (3, 0, 0, True, 0)}
+    assert items(sail, lake.root) == EXPECTED_ITEMS
+    assert items(sail, lake.root, with_meta=True)[-1][3:5] == (20, 0)  # at the high watermark
+    assert [r[:5] for r in rows(sail, lake.root / "silver/public/members")] == [
+        (1, 3, "viewer", 17, 0)]  # truncated, then inserted
+    assert [r[:3] for r in rows(sail, tombstones_path(lake.layout, "public", "items"))] == [
+        (3, 14, 0)]  # 2 was inserted again: its tombstone is gone; 3 moved to 30
+    assert sail.sql("SELECT count(*) FROM silver.items").collect()[0][0] == 5
+
+    before = versions(lake.root)
+    again = run_silver(config, sail)
+    assert again.upto is None and versions(lake.root) == before
+
+    # chunk 2 completes in a later run
+    lake.append_changes([ITEMS.watermark(22, 0, "b1", 2, "high", SNAP)])
+    run_silver(config, sail)
+    assert items(sail, lake.root)[-1] == (102, "later", "P102")
+
+
+def test_replaying_all_of_bronze_over_silver_changes_nothing(sail, lake, config):
+    history(lake)
+    run_silver(config, sail)
+    expected = items(sail, lake.root, with_meta=True)
+    DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
+    run_silver(config, sail)
+    assert items(sail, lake.root, with_meta=True) == expected
+
+
+def test_a_crash_between_merge_and_progress_is_harmless(sail, lake, config, monkeypatch):
+    history(lake)
+    run_silver(config, sail)
+    lake.append_changes([ITEMS.delete(30, 0, id=1), ITEMS.update(31, 0, id=2, name="b3",
+                                                                 unchanged=["doc"])])
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed before the progress commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(job_module, "write_progress", crash)
+        with pytest.raises(RuntimeError):
+            run_silver(config, sail)
+    expected = [(2, "b3", "D2b"), (30, "c", "D3"), (100, "old", "P100"), (101, "new", "P101")]
+    assert items(sail, lake.root) == expected  # merged, but progress not recorded
+    merged = versions(lake.root)
+    assert run_silver(config, sail).upto == (31, 0)  # the same bronze again
+    assert items(sail, lake.root) == expected
+    assert {p: v for p, v in versions(lake.root).items() if p.startswith("silver")} == \
+        {p: v for p, v in merged.items() if p.startswith("silver")}
+
+
+def test_new_columns_widening_and_an_unsafe_type_change(sail, lake, config):
+    narrow = Table(columns=("id", "name"), types=("int4", "text"))
+    wide = Table(columns=("id", "name", "score", "doc"), types=("int4", "text", "int4", "text"))
+    wider = Table(columns=("id", "score", "doc"), types=("int8", "int8", "text"))  # no name
+    bad_before = Table("public.bad", ("id", "v"), ("int4", "int4"))
+    bad_after = Table("public.bad", ("id", "v"), ("int4", "text"))
+    lake.append_changes([narrow.insert(10, 0, id=1, name="a"), bad_before.insert(10, 1, id=1, v=5)])
+    run_silver(config, sail)
+    lake.append_changes([narrow.update(11, 0, id=1, name="a2"),  # before ADD COLUMN
+                         wide.insert(12, 0, id=2, name="b", score=7, doc="d")])
+    assert run_silver(config, sail).tables[0].columns_added == ("score", "doc")
+    lake.append_changes([wider.insert(13, 0, id=3000000000, score=2 ** 40),
+                         wider.update(13, 1, id=2, score=8, doc="d"),
+                         bad_after.insert(13, 2, id=2, v="not a number")])
+    report = run_silver(config, sail)
+    assert [t.table for t in report.failed] == ["public.bad"]
+    assert "changed type from int (silver) to string" in report.failed[0].error
+    assert [t.columns_widened for t in report.tables if not t.error] == [("id", "score")]
+    schema = sail.read.format("delta").load(str(lake.root / "silver/public/items")).schema
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [
+        ("id", "bigint"), ("name", "string"), ("_lsn", "bigint"), ("_change_index", "bigint"),
+        ("_commit_ts", "timestamp"), ("score", "bigint"), ("doc", "string")]
+    # a dropped column stays in silver, NULL in the rows written since
+    assert items(sail, lake.root) == [(1, "a2", None), (2, None, "d"), (3000000000, None, None)]
+
+    again = run_silver(config, sail)  # the stopped table stays stopped
+    assert [t.table for t in again.failed] == ["public.bad"]
+    rebuilt = run_silver(config, sail, rebuild=["public.bad"])
+    assert not rebuilt.failed
+    assert [r[:2] for r in rows(sail, lake.root / "silver/public/bad", "id")] == [
+        (1, "5"), (2, "not a number")]
+
+
+def test_tombstones_are_collected_after_the_retention(sail, lake):
+    config = make_config(lake.root, retention_hours=1)
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.insert(10, 1, id=2),
+                         ITEMS.delete(11, 0, id=1)])
+    run_silver(config, sail)
+    marks = tombstones_path(lake.layout, "public", "items")
+    assert [r[0] for r in rows(sail, marks)] == [1]
+    lake.append_changes([ITEMS.delete(2000, 0, id=2)])  # commit time 33 min later: kept
+    run_silver(config, sail)
+    assert [r[0] for r in rows(sail, marks, "id")] == [1, 2]
+    lake.append_changes([ITEMS.insert(5000, 0, id=3)])  # 83 min later: 1 expires, 2 stays
+    run_silver(config, sail)
+    assert [r[0] for r in rows(sail, marks, "id")] == [2]
+    assert [r[0] for r in items(sail, lake.root)] == [3]
+
+
+def test_cli_verb_runs_once_and_exits_4_on_a_stopped_table(sail, lake, tmp_path, monkeypatch,
+                                                            capsys):
+    from pipelines import engine
+    from pipelines.cli import main
+
+    monkeypatch.setattr(engine, "get_spark", lambda config: sail)
+    config_file = tmp_path / "lakehouse.yml"
+    config_file.write_text(f"source: {{dsn: unused}}\nlake: {{path: {lake.root}}}\n")
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a")])
+    assert main(["--config", str(config_file), "silver"]) == 0
+    assert "public.items: 1 inserts" in capsys.readouterr().out
+    lake.append_changes([ITEMS.insert(11, 0, id="x")])  # not an int4
+    assert main(["--config", str(config_file), "silver", "--table", "items"]) == 4
+    assert "cannot type source values" in capsys.readouterr().out
+
+
+def test_a_truncate_without_columns_still_empties_the_table(sail, lake, config):
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.delete(10, 1, id=1),
+                         ITEMS.insert(10, 2, id=2, name="b")])
+    run_silver(config, sail)
+    bare = {**ITEMS.truncate(11, 0), "columns": None, "type_names": None, "key_columns": None}
+    lake.append_changes([bare])
+    assert run_silver(config, sail).tables[0].truncated
+    assert items(sail, lake.root) == []
+    assert rows(sail, tombstones_path(lake.layout, "public", "items")) == []
+    lake.append_changes([ITEMS.insert(12, 0, id=1, name="back")])
+    run_silver(config, sail)
+    assert items(sail, lake.root) == [(1, "back", None)]
