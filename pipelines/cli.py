@@ -21,9 +21,11 @@ log = logging.getLogger("lakehouse")
 # Verbs defined next to their code: each module has add_parser(verbs), which registers a
 # subparser whose defaults carry handler(args, config) -> exit code.
 COMMAND_MODULES: tuple[str, ...] = (
+    "pipelines.ingest.command",
+    "pipelines.backfill.command",
     "pipelines.silver.command",
     "pipelines.gold.command",
-    "pipelines.ingest.command",
+    "pipelines.verify",
 )
 
 DESCRIPTION = f"""\
@@ -70,12 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo = verbs.add_parser(
         "demo", help="run the pipeline end to end on embedded defaults",
         description="Start an embedded Postgres with a time-tracking schema and seed rows "
-        "under --workdir, set up replication, and run the pipeline. Needs no --config; "
-        "writes WORKDIR/lakehouse.yml for the other verbs.")
+        "under --workdir, set up replication, then run the ingest, the backfill, a concurrent "
+        "workload and silver together; catch up, build gold, verify silver against the "
+        "source, print the reports and a timing summary. Exit 0 only if verify passed. "
+        "Needs no --config; writes WORKDIR/lakehouse.yml for the other verbs. A second run "
+        "without --fresh continues from the existing database and lake.")
     demo.add_argument("--workdir", type=Path, default=Path(".lakehouse"),
                       help="where the demo keeps its Postgres data and lake (default: %(default)s)")
     demo.add_argument("--rows", type=int, default=20_000,
                       help="time entries seeded before the slot exists (default: %(default)s)")
+    demo.add_argument("--seconds", type=float, default=20.0,
+                      help="how long the concurrent workload runs (default: %(default)s)")
     demo.add_argument("--fresh", action="store_true",
                       help="delete the demo database and lake first")
     demo.set_defaults(handler=_demo, needs_config=False)
@@ -106,7 +113,8 @@ def _status(args: argparse.Namespace, config: Config) -> int:
 def _demo(args: argparse.Namespace, config: None) -> int:
     from pipelines.demo.run import DemoOptions, run_demo
 
-    return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, fresh=args.fresh))
+    return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
+                                fresh=args.fresh))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,26 +1,45 @@
-"""`lakehouse demo`: the pipeline on embedded defaults, from an empty machine.
+"""`lakehouse demo`: the whole pipeline on embedded defaults, from an empty machine.
 
-Starts a local Postgres (wal_level=logical) under the work dir, creates the
-time-tracking schema with seed rows (before the slot exists, so the backfill has real
-work), runs `setup`, and writes the effective config to <workdir>/lakehouse.yml so
-every other verb can be pointed at the demo (`lakehouse --config .lakehouse/lakehouse.yml status`).
+A local Postgres (wal_level=logical) under the work dir gets the time-tracking schema
+and seed rows before the slot exists, so the backfill has real work. Then, at once: the
+ingest (its own process, as in production), the DBLog backfill, a concurrent workload,
+and silver applying what has landed every few seconds. After the workload stops, the
+pipeline catches up, gold is built, silver is verified against the source, and the
+reports and a timing summary are printed. Exit 0 only when verify found no difference.
+The effective config is written to <workdir>/lakehouse.yml for the other verbs.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import yaml
+from pyspark.sql import functions as F
+from deltalake import DeltaTable
 
+from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import Config, load_config
+from pipelines.errors import SourceError
 from pipelines.demo.seed import create_schema, seed
+from pipelines.demo.workload import run_workload
 from pipelines.embedded_pg import EmbeddedPostgres, server_dir_for
+from pipelines.engine import get_spark
+from pipelines.gold.display import format_gold_reports
+from pipelines.gold.run import run_gold
+from pipelines.lake import LakeLayout, read_delta
+from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
-from pipelines.status import print_status
+from pipelines.verify import format_diffs, run_verify, wait_for_ingest
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +54,26 @@ class DemoOptions:
     workdir: Path = Path(".lakehouse")
     rows: int = 20_000
     seconds: float = 20.0
+    sessions: int = 3
     fresh: bool = False
+
+
+@dataclass
+class Timings:
+    """What the summary reports."""
+
+    started: float = field(default_factory=time.monotonic)
+    phases: dict[str, float] = field(default_factory=dict)
+    backfilled_rows: int = 0
+    backfill_seconds: float = 0.0
+    backfills_skipped: int = 0
+    bronze_before: int = 0
+    workload_transactions: int = 0
+    silver_seconds: list[float] = field(default_factory=list)  # runs during the workload
+    freshness: float | None = None  # a probe's commit -> visible in silver, seconds
+
+    def phase(self, name: str, since: float) -> None:
+        self.phases[name] = time.monotonic() - since
 
 
 def run_demo(options: DemoOptions) -> int:
@@ -46,16 +84,114 @@ def run_demo(options: DemoOptions) -> int:
         shutil.rmtree(server.data_dir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True, exist_ok=True)
+    timings = Timings()
     server.start()
+    ingest = None
     try:
         config = write_config(workdir, server.dsn(DEMO_DB))
-        prepare_source(server, options.rows)
+        seeded = prepare_source(server, options.rows)
         report = run_setup(config.source)
-        print(f"source ready: {len(report.tables)} tables published, slot "
-              f"{config.source.slot} {'created' if report.slot_created else 'reused'}")
-        return print_status(config, as_json=False)
+        print(f"source: {len(report.tables)} tables, {seeded or 'existing'} rows seeded, "
+              f"slot {config.source.slot} {'created' if report.slot_created else 'reused'}")
+        timings.bronze_before = bronze_rows(config)
+        ingest = start_ingest(workdir, config)
+        spark = get_spark(config)
+        concurrent_phase(config, spark, options, timings)
+        timings.freshness = probe_freshness(config, spark)
+
+        since = time.monotonic()
+        wait_for_ingest(config, timeout=120)
+        run_silver(config, spark)
+        timings.phase("catch-up and final silver", since)
+        since = time.monotonic()
+        gold = run_gold(spark, LakeLayout(config.lake.path))
+        timings.phase("gold", since)
+        since = time.monotonic()
+        diffs = run_verify(config, spark, wait_seconds=30)
+        timings.phase("verify", since)
+        stop_ingest(ingest)
+
+        print(format_gold_reports(spark, LakeLayout(config.lake.path), limit=5))
+        print("\nverify (silver vs the source):")
+        print(format_diffs(diffs))
+        print(summary(config, timings, sum(gold.rows.values())))
+        return 0 if all(d.equal for d in diffs) else 1
     finally:
+        if ingest is not None and ingest.poll() is None:
+            stop_ingest(ingest)
         server.stop()
+
+
+def concurrent_phase(config: Config, spark, options: DemoOptions, timings: Timings) -> None:
+    """Backfill and workload at once, while silver applies what has landed."""
+    since = time.monotonic()
+    results = {}
+
+    def backfill() -> None:
+        started = time.monotonic()
+        results["backfill"] = run_backfill(config, BackfillOptions(
+            chunk_size=config.backfill.chunk_size, parallel=2))
+        timings.backfill_seconds = time.monotonic() - started
+
+    def workload() -> None:
+        results["workload"] = run_workload(config.source.dsn, options.rows, options.sessions,
+                                           options.seconds)
+
+    threads = [threading.Thread(target=backfill, name="backfill"),
+               threading.Thread(target=workload, name="workload")]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        timings.silver_seconds.append(run_silver(config, spark).seconds)
+        deadline = time.monotonic() + config.silver.interval_seconds
+        while time.monotonic() < deadline and any(t.is_alive() for t in threads):
+            time.sleep(0.2)
+    for thread in threads:
+        thread.join()
+    timings.backfilled_rows = sum(r.rows for r in results.get("backfill", []))
+    timings.backfills_skipped = sum(r.status == "skipped" for r in results.get("backfill", []))
+    failed = [r for r in results.get("backfill", []) if r.status == "failed"]
+    if failed:
+        raise failed[0].error
+    timings.workload_transactions = results["workload"].transactions
+    timings.phase("backfill + workload + silver", since)
+
+
+def bronze_rows(config: Config) -> int:
+    path = LakeLayout(config.lake.path).bronze_changes
+    return read_delta(path, ["op"]).num_rows if DeltaTable.is_deltatable(str(path)) else 0
+
+
+def probe_freshness(config: Config, spark, timeout: float = 120) -> float:
+    """Seconds from committing a marker row in the source to seeing it in silver."""
+    marker = f"probe {time.time_ns()}"
+    committed = time.monotonic()
+    with psycopg.connect(config.source.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO scratch (id, note) VALUES (0, %s) "
+                     "ON CONFLICT (id) DO UPDATE SET note = excluded.note", (marker,))
+    path = str(LakeLayout(config.lake.path).silver("public", "scratch"))
+    while time.monotonic() - committed < timeout:
+        run_silver(config, spark, tables=["public.scratch"])
+        if spark.read.format("delta").load(path).where(F.col("note") == marker).count():
+            return time.monotonic() - committed
+        time.sleep(0.1)
+    raise SourceError(f"the freshness probe did not reach silver in {timeout:.0f} s: "
+                      "see ingest.log")
+
+
+def start_ingest(workdir: Path, config: Config) -> subprocess.Popen:
+    """The ingest as its own process, logging to <workdir>/ingest.log."""
+    log_file = (workdir / "ingest.log").open("a")
+    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config",
+                             str(workdir / "lakehouse.yml"), "ingest"],
+                            stdout=log_file, stderr=subprocess.STDOUT)
+
+
+def stop_ingest(ingest: subprocess.Popen) -> None:
+    """SIGTERM: the ingest lands whole transactions, confirms them and exits 0."""
+    ingest.send_signal(signal.SIGTERM)
+    if ingest.wait(timeout=60) != 0:
+        log.warning("the ingest exited with %s: see ingest.log", ingest.returncode)
 
 
 def write_config(workdir: Path, dsn: str) -> Config:
@@ -66,22 +202,46 @@ def write_config(workdir: Path, dsn: str) -> Config:
                    "tables": DEMO_TABLES},
         "lake": {"path": "lake"},
         "engine": "local",
-        "ingest": {"batch_seconds": 0.5},
+        "ingest": {"batch_seconds": 0.5, "status_interval_seconds": 5},
         "backfill": {"chunk_size": 5000},
-        "silver": {"interval_seconds": 5},
+        "silver": {"interval_seconds": 4},
     }, sort_keys=False))
     return load_config(path, environ={})
 
 
-def prepare_source(server: EmbeddedPostgres, rows: int) -> None:
-    """Create the demo database and seed it, once."""
+def prepare_source(server: EmbeddedPostgres, rows: int) -> int:
+    """Create the demo database and seed it, once; returns the rows seeded (0 if existing)."""
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                              (DEMO_DB,)).fetchone()
-        if exists:
-            return
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DEMO_DB,)).fetchone():
+            return 0
         conn.execute(f"CREATE DATABASE {DEMO_DB}")
     with psycopg.connect(server.dsn(DEMO_DB)) as conn:
         create_schema(conn)
         counts = seed(conn, rows)
     log.info("seeded the demo source: %s", counts)
+    return sum(counts.values())
+
+
+def summary(config: Config, timings: Timings, gold_rows: int) -> str:
+    landed = bronze_rows(config) - timings.bronze_before
+    concurrent = timings.phases.get("backfill + workload + silver", 0.0)
+    if timings.backfills_skipped and not timings.backfilled_rows:
+        backfill = f"already done in an earlier run ({timings.backfills_skipped} tables)"
+    else:
+        rate = timings.backfilled_rows / max(timings.backfill_seconds, 1e-9)
+        backfill = (f"{timings.backfilled_rows:,} rows in {timings.backfill_seconds:.1f} s "
+                    f"({rate:,.0f} rows/s)")
+    rows = [("backfill", backfill),
+            ("workload", f"{timings.workload_transactions:,} transactions"),
+            ("ingest", f"{landed:,} changes into bronze ({landed / max(concurrent, 1e-9):,.0f}"
+                       " changes/s while the workload ran)")]
+    if timings.silver_seconds:
+        rows.append(("silver", f"{len(timings.silver_seconds)} incremental runs during the "
+                               f"workload, median {statistics.median(timings.silver_seconds):.1f} s"))
+    if timings.freshness is not None:
+        rows.append(("freshness", f"{timings.freshness:.1f} s from a source commit to silver"))
+    rows += [(name, f"{seconds:.1f} s") for name, seconds in timings.phases.items()]
+    rows += [("gold rows", f"{gold_rows:,}"),
+             ("total", f"{time.monotonic() - timings.started:.1f} s")]
+    width = max(len(name) for name, _ in rows) + 2
+    return "\n".join(["", "summary:", *(f"  {name:<{width}}{value}" for name, value in rows)])

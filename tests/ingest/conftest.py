@@ -8,9 +8,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from deltalake import DeltaTable
 
 from pipelines.config import Config, parse_config
+from pipelines.lake import read_delta
 from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
 from pipelines.source.setup import run_setup
 
@@ -56,7 +56,7 @@ def ingest(config: Config, until_idle: float = 0.5) -> IngestReport:
 
 
 def bronze(config: Config) -> list[dict]:
-    table = DeltaTable(str(config.lake.path / "bronze" / "changes")).to_pyarrow_table()
+    table = read_delta(config.lake.path / "bronze" / "changes")
     return table.sort_by([("commit_lsn", "ascending"), ("change_index", "ascending")]).to_pylist()
 
 

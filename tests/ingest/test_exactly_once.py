@@ -19,6 +19,7 @@ import yaml
 
 from pipelines.ingest.pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage,
                                        Truncate, Update, decode_message)
+from pipelines.lake import read_delta
 from tests.ingest.conftest import bronze, cli
 
 pytestmark = pytest.mark.postgres
@@ -128,7 +129,6 @@ def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_serv
 def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(source, tmp_path):
     """A transaction bigger than a bronze batch lands in pieces; a crash between pieces
     must resume at the next change, not at the transaction's start."""
-    from deltalake import DeltaTable
 
     dsn = source.source.dsn
     config_path = tmp_path / "lakehouse.yml"
@@ -145,7 +145,7 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
     while time.monotonic() < deadline and not 0 < landed < 20000:
         time.sleep(0.05)
         try:
-            landed = DeltaTable(bronze_path).to_pyarrow_table(columns=["commit_lsn"]).num_rows
+            landed = read_delta(bronze_path, ["commit_lsn"]).num_rows
         except Exception:  # table not created yet
             landed = 0
     os.kill(proc.pid, signal.SIGKILL)

@@ -1,0 +1,145 @@
+"""Backfill progress in the lake: one row per backfill in the Delta table _state/backfills.
+
+A row is replaced (delta-rs overwrite with a predicate on its backfill id) after every
+chunk, so the table holds the current state of every backfill ever run and a crash
+resumes from the last persisted cursor. Chunk ids are handed out in reserved blocks
+(`chunk_ids_reserved`): a run never uses an id it has not persisted as reserved, and a
+resumed run starts past the reservation, so an id used by a crashed run (its low
+watermark may be in the WAL) is never used again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from pipelines.lake import read_delta
+
+RUNNING, DONE, FAILED = "running", "done", "failed"
+_UTC = pa.timestamp("us", tz="UTC")
+
+STATE_SCHEMA = pa.schema([
+    pa.field("backfill_id", pa.string(), nullable=False),
+    pa.field("table_name", pa.string(), nullable=False),  # schema.table
+    pa.field("status", pa.string(), nullable=False),  # running | done | failed
+    pa.field("cursor_columns", pa.list_(pa.string())),  # the key, in keyset order
+    pa.field("cursor", pa.list_(pa.string())),  # last key read (text); null: none yet
+    pa.field("chunk_ids_reserved", pa.int64(), nullable=False),  # ids below may be used
+    pa.field("chunks_done", pa.int64(), nullable=False),
+    pa.field("rows_done", pa.int64(), nullable=False),
+    pa.field("rows_estimate", pa.int64()),  # pg_class.reltuples when the backfill started
+    pa.field("started_at", _UTC, nullable=False),
+    pa.field("updated_at", _UTC, nullable=False),
+    pa.field("finished_at", _UTC),
+    pa.field("error", pa.string()),
+])
+
+
+@dataclass(frozen=True)
+class BackfillState:
+    """One backfill of one table, as persisted."""
+
+    backfill_id: str
+    table_name: str
+    status: str
+    cursor_columns: tuple[str, ...] | None
+    cursor: tuple[str, ...] | None
+    chunk_ids_reserved: int
+    chunks_done: int
+    rows_done: int
+    rows_estimate: int | None
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+    error: str | None = None
+
+    @classmethod
+    def new(cls, backfill_id: str, table: str, rows_estimate: int | None) -> "BackfillState":
+        now = datetime.now(timezone.utc)
+        return cls(backfill_id, table, RUNNING, None, None, 0, 0, 0, rows_estimate, now, now)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("started_at", "updated_at", "finished_at"):
+            out[key] = out[key].isoformat() if out[key] else None
+        for key in ("cursor_columns", "cursor"):
+            out[key] = list(out[key]) if out[key] is not None else None
+        return out
+
+
+class StateStore:
+    """Reads and replaces backfill state rows; writes are serialized within the process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._table: DeltaTable | None = None  # kept open: reloading the log costs more
+
+    def all(self) -> list[BackfillState]:
+        """Every backfill, oldest first; empty if no backfill ever ran."""
+        try:
+            table = read_delta(self.path)
+        except TableNotFoundError:
+            return []
+        states = [_from_row(row) for row in table.to_pylist()]
+        return sorted(states, key=lambda s: (s.started_at, s.backfill_id))
+
+    def latest_per_table(self) -> dict[str, BackfillState]:
+        """The most recently started backfill of each table."""
+        return {state.table_name: state for state in self.all()}
+
+    def save(self, state: BackfillState) -> BackfillState:
+        """Replace the backfill's row (retrying commit races with other processes)."""
+        state = replace(state, updated_at=datetime.now(timezone.utc))
+        row = pa.Table.from_pylist([_to_row(state)], schema=STATE_SCHEMA)
+        predicate = f"backfill_id = '{_literal(state.backfill_id)}'"
+        with self._lock:
+            if self._table is None:
+                self._table = _open_or_create(self.path)
+            for attempt in range(20):
+                try:
+                    write_deltalake(self._table, row, mode="overwrite", predicate=predicate)
+                    return state
+                except CommitFailedError:
+                    if attempt == 19:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+                    self._table.update_incremental()
+        raise AssertionError("unreachable")
+
+    def ensure(self) -> None:
+        """Create the table if it does not exist yet (first backfill)."""
+        with self._lock:
+            if self._table is None:
+                self._table = _open_or_create(self.path)
+
+
+def _open_or_create(path: Path) -> DeltaTable:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return DeltaTable.create(str(path), schema=STATE_SCHEMA, mode="ignore")
+
+
+def _literal(value: str) -> str:
+    return value.replace("'", "''")
+
+
+def _to_row(state: BackfillState) -> dict:
+    row = {f.name: getattr(state, f.name) for f in fields(state)}
+    for key in ("cursor_columns", "cursor"):
+        row[key] = list(row[key]) if row[key] is not None else None
+    return row
+
+
+def _from_row(row: dict) -> BackfillState:
+    for key in ("cursor_columns", "cursor"):
+        row[key] = tuple(row[key]) if row[key] is not None else None
+    return BackfillState(**row)

@@ -1,0 +1,238 @@
+"""`lakehouse verify`: every silver table against the live source, row by row.
+
+The source is read in one REPEATABLE READ snapshot with the backfill's COPY path (so
+values render exactly as pgoutput sends them) and typed with silver's own type map;
+then source and silver are joined on the key: keys only in the source are missing,
+keys only in silver are extra, keys whose columns differ (null-safe) are different.
+It first waits until the ingest has confirmed the source's current WAL position and
+silver has applied all of bronze, so a quiet source compares exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import psycopg
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.backfill.catalog import table_shape
+from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv
+from pipelines.bronze.schema import WATERMARK_PREFIX
+from pipelines.config import Config
+from pipelines.lake import LakeLayout
+from pipelines.silver.job import PROGRESS_TABLE, configured_tables
+from pipelines.silver.maintenance import maintenance_for
+from pipelines.silver.progress import read_progress
+from pipelines.silver.table_shape import SourceColumn
+from pipelines.silver.types import typed_columns
+from pipelines.source.connection import connect
+from pipelines.source.setup import resolve_tables
+from pipelines.source.text_format import with_text_format
+
+log = logging.getLogger(__name__)
+
+ALL_ROWS = 2**62  # keyset statement without a practical limit: one COPY per table
+
+
+@dataclass(frozen=True)
+class TableDiff:
+    """How one silver table compares with its source table."""
+
+    table: str
+    source_rows: int
+    silver_rows: int
+    counts: dict[str, int] = field(default_factory=dict)  # missing / extra / different
+    examples: dict[str, list[str]] = field(default_factory=dict)  # first keys of each kind
+
+    @property
+    def equal(self) -> bool:
+        return not any(self.counts.values())
+
+
+class NotCaughtUp(Exception):
+    """The pipeline has not reached the source's position: a comparison would mislead."""
+
+
+def wait_for_ingest(config: Config, timeout: float) -> str:
+    """Wait until bronze holds every change up to the source's current WAL position.
+
+    That is so once the slot confirmed the position, or, with no ingest attached, when
+    what the slot still holds up to it contains no change of the publication (Postgres
+    writes WAL of its own, e.g. checkpoints, that nobody needs to confirm).
+    """
+    with connect(config.source.dsn) as conn:
+        target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        deadline = time.monotonic() + timeout
+        while True:
+            behind = conn.execute(
+                "SELECT pg_wal_lsn_diff(%s::pg_lsn, confirmed_flush_lsn)::bigint, active "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (target, config.source.slot)).fetchone()
+            if behind is not None and (behind[0] <= 0 or (
+                    not behind[1] and not pending_changes(conn, config, target))):
+                return target
+            if time.monotonic() >= deadline:
+                raise NotCaughtUp(
+                    f"bronze has not reached the source's WAL position {target} "
+                    f"({behind[0] if behind else '?'} bytes behind): is `lakehouse ingest` "
+                    "running? Start it, or use --wait to give it longer.")
+            time.sleep(0.2)
+
+
+def pending_changes(conn: psycopg.Connection, config: Config, upto: str) -> int:
+    """Messages of the publication the (inactive) slot holds up to `upto`, not consuming."""
+    return conn.execute(
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+        "'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
+        (config.source.slot, upto, config.source.publication)).fetchone()[0]
+
+
+def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[str]) -> None:
+    """Silver must have applied every bronze row of these tables (changes, and backfill
+    watermarks naming them), or the comparison would show stale rows."""
+    layout = LakeLayout(config.lake.path)
+    maintenance = maintenance_for(config, spark)
+    if not maintenance.exists(layout.bronze_changes):
+        raise NotCaughtUp("bronze is empty: run `lakehouse ingest` (and a backfill) first")
+    path = layout.state(PROGRESS_TABLE)
+    progress = read_progress(spark, path, maintenance.exists(path))
+    changes = spark.read.format("delta").load(str(layout.bronze_changes))
+    watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
+    row_table = F.concat_ws(".", F.col("schema_name"), F.col("table_name"))
+    behind = None
+    for table in tables:
+        lsn, index = progress.of(table).position
+        after = (F.col("commit_lsn") > lsn) | (
+            (F.col("commit_lsn") == lsn) & (F.col("change_index") > index))
+        mine = (row_table == table) | (
+            (F.col("message_prefix") == WATERMARK_PREFIX) & (watermark_table == table))
+        condition = after & mine
+        behind = condition if behind is None else behind | condition
+    stale = [r[0] for r in changes.where(behind).select(
+        F.coalesce(row_table, watermark_table)).distinct().limit(20).collect()]
+    if stale:
+        raise NotCaughtUp(f"silver has not applied all of bronze for {', '.join(sorted(stale))}:"
+                          " run `lakehouse silver` (or wait for the running silver job)")
+
+
+def source_snapshot(spark: SparkSession, conn: psycopg.Connection, table: str,
+                    publication: str) -> tuple[DataFrame, list[SourceColumn]]:
+    """The source table as typed columns, read in the connection's open snapshot."""
+    shape = table_shape(conn, table, publication)
+    data, _, _ = copy_out(conn, chunk_statement(shape, None, ALL_ROWS))
+    text = parse_csv(data, len(shape.columns)).rename_columns(list(shape.columns))
+    columns = [SourceColumn(name, type_name, type_mod, name in shape.key_columns)
+               for name, type_name, type_mod in zip(shape.columns, shape.type_names,
+                                                    shape.type_mods)]
+    return typed_columns(spark.createDataFrame(text), columns, table=table), columns
+
+
+def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
+                columns: Sequence[str]) -> DataFrame:
+    """(kind, key) of every key that is missing, extra or different in silver."""
+    s, t = source.alias("s"), silver.alias("t")
+    on = [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in keys]
+    joined = s.join(t, on=on, how="full_outer")
+    missing = _all_null("t", keys)
+    extra = _all_null("s", keys)
+    changed = None
+    for name in columns:
+        differs = ~F.col(f"s.`{name}`").eqNullSafe(F.col(f"t.`{name}`"))
+        changed = differs if changed is None else changed | differs
+    kind = (F.when(missing, F.lit("missing")).when(extra, F.lit("extra"))
+            .when(changed, F.lit("different")))
+    key = F.concat_ws(", ", *(F.coalesce(F.col(f"s.`{k}`"), F.col(f"t.`{k}`")).cast("string")
+                              for k in keys))
+    return joined.select(kind.alias("kind"), key.alias("key")).where(F.col("kind").isNotNull())
+
+
+def _all_null(alias: str, keys: Sequence[str]) -> Column:
+    condition = None
+    for k in keys:
+        test = F.col(f"{alias}.`{k}`").isNull()
+        condition = test if condition is None else condition & test
+    return condition
+
+
+def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
+                  table: str, sample: int) -> TableDiff:
+    source, columns = source_snapshot(spark, conn, table, config.source.publication)
+    names = [c.name for c in columns]
+    keys = [c.name for c in columns if c.is_key]
+    schema, name = table.split(".", 1)
+    path = LakeLayout(config.lake.path).silver(schema, name)
+    if maintenance_for(config, spark).exists(path):
+        silver = spark.read.format("delta").load(str(path))
+        silver = silver.select(*(F.col(f"`{c}`") if c in silver.columns
+                                 else F.lit(None).alias(c) for c in names))
+    else:
+        silver = source.limit(0)
+    diff = differences(source, silver, keys, names)
+    counts = {row["kind"]: row["count"] for row in diff.groupBy("kind").count().collect()}
+    examples: dict[str, list[str]] = {}
+    if counts:
+        for row in diff.orderBy("kind", "key").limit(sample * 3).collect():
+            bucket = examples.setdefault(row["kind"], [])
+            if len(bucket) < sample:
+                bucket.append(row["key"])
+    source_rows, silver_rows = source.count(), silver.count()
+    return TableDiff(table, source_rows, silver_rows, counts, examples)
+
+
+def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None = None,
+               sample: int = 10, wait_seconds: float = 30.0) -> list[TableDiff]:
+    """Compare the tables in scope (default: every configured table)."""
+    wait_for_ingest(config, wait_seconds)
+    with connect(with_text_format(config.source.dsn)) as conn:
+        scope = configured_tables(config, tables) or list(resolve_tables(conn, "*"))
+        check_silver_current(config, spark, scope)
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        return [compare_table(spark, conn, config, table, sample) for table in scope]
+
+
+def format_diffs(diffs: Sequence[TableDiff]) -> str:
+    lines = []
+    for diff in diffs:
+        status = "equal" if diff.equal else "DIFFERENT"
+        lines.append(f"{diff.table}: {status} (source {diff.source_rows} rows, silver "
+                     f"{diff.silver_rows} rows)")
+        for kind in ("missing", "extra", "different"):
+            if diff.counts.get(kind):
+                keys = "; ".join(diff.examples.get(kind, []))
+                lines.append(f"  {kind}: {diff.counts[kind]} key(s), e.g. {keys}")
+    return "\n".join(lines)
+
+
+def add_parser(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "verify", help="compare silver with the live source (exit 1 on any difference)",
+        description="Wait until the ingest has confirmed the source's current WAL position "
+        "and check silver has applied all of bronze; then compare every silver table with "
+        "its source table row by row (one consistent source snapshot). Prints missing, "
+        "extra and different keys. Exit 0: equal; 1: different or not caught up. Run it "
+        "when the source is quiet: changes made during the comparison show as differences.")
+    parser.add_argument("tables", nargs="*", metavar="TABLE",
+                        help="schema.table (or a public table's name); default: all")
+    parser.add_argument("--sample", type=int, default=10,
+                        help="keys to list per kind of difference (default: %(default)s)")
+    parser.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                        help="how long to wait for the ingest to catch up (default: %(default)s)")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.engine import get_spark
+
+    spark = get_spark(config)
+    try:
+        diffs = run_verify(config, spark, args.tables, args.sample, args.wait)
+    except NotCaughtUp as exc:
+        print(f"not verified: {exc}")
+        return 1
+    print(format_diffs(diffs))
+    return 0 if all(d.equal for d in diffs) else 1

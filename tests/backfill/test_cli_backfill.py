@@ -1,0 +1,127 @@
+"""`lakehouse backfill` and `lakehouse status` as users run them: exit codes, reruns, output."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import psycopg
+import pytest
+
+from pipelines.backfill.progress import ProgressDisplay
+from tests.backfill.conftest import (cli, make_config, setup_source, snapshot_rows, states,
+                                     write_config_file)
+
+DDL = """
+CREATE TABLE users (id bigint PRIMARY KEY, name text);
+CREATE TABLE notes (id int PRIMARY KEY, body text);
+CREATE TABLE nothing (id int PRIMARY KEY);
+INSERT INTO users SELECT i, 'user ' || i FROM generate_series(1, 120) i;
+INSERT INTO notes SELECT i, 'note ' || i FROM generate_series(1, 30) i;
+ANALYZE users;
+"""
+TABLES = ["public.users", "public.notes", "public.nothing"]
+
+
+def summary(stdout: str) -> dict[str, str]:
+    """table -> status from the summary table printed at the end."""
+    return {line.split()[0]: line.split()[1] for line in stdout.splitlines()[1:]}
+
+
+@pytest.fixture
+def config_file(source_dsn, lake, tmp_path):
+    setup_source(source_dsn, DDL, TABLES)
+    return write_config_file(make_config(source_dsn, lake, TABLES), tmp_path / "lakehouse.yml")
+
+
+def test_backfill_then_rerun_skips_and_restart_starts_a_new_backfill(config_file, source_dsn, lake):
+    config = make_config(source_dsn, lake, TABLES)
+    first = cli(config_file, "backfill", "--chunk-size", "50", "--parallel", "2")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[0].split() == ["table", "status", "rows", "chunks", "time",
+                                                    "rows/s", "total", "rows", "backfill", "id"]
+    assert summary(first.stdout) == dict.fromkeys(TABLES, "done")
+    ids = {s.table_name: s.backfill_id for s in states(config)}
+    nothing = next(s for s in states(config) if s.table_name == "public.nothing")
+    assert nothing.status == "done" and nothing.rows_done == 0 and nothing.chunks_done == 1
+
+    again = cli(config_file, "backfill", "public.users", "notes")
+    assert again.returncode == 0, again.stderr
+    assert summary(again.stdout) == {"public.users": "skipped", "public.notes": "skipped"}
+    assert "already backfilled" in again.stderr
+    assert len(snapshot_rows(config)) == 150
+
+    restarted = cli(config_file, "backfill", "--restart", "public.users", "--chunk-size", "500")
+    assert restarted.returncode == 0, restarted.stderr
+    users = [s for s in states(config) if s.table_name == "public.users"]
+    assert len(users) == 2 and users[1].backfill_id != ids["public.users"]
+    assert users[1].rows_done == 120 and users[1].rows_estimate == 120
+    assert len(snapshot_rows(config, "public.users")) == 240
+
+    status = cli(config_file, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    backfills = {b["table_name"]: b for b in json.loads(status.stdout)["backfills"]}
+    assert backfills["public.users"]["backfill_id"] == users[1].backfill_id
+    assert backfills["public.users"]["status"] == "done"
+    assert backfills["public.users"]["rows_done"] == 120
+    text = cli(config_file, "status")
+    assert "backfill public.users: done, 120 / ~120 rows (100%)" in text.stdout
+
+
+def test_table_outside_the_config_and_bad_flags_exit_2(config_file):
+    result = cli(config_file, "backfill", "public.elsewhere")
+    assert result.returncode == 2
+    assert "not a configured table: public.elsewhere" in result.stderr
+    assert "Traceback" not in result.stderr
+    zero = cli(config_file, "backfill", "--chunk-size", "0")
+    assert zero.returncode == 2 and "--chunk-size: got 0" in zero.stderr
+
+
+def test_configured_table_missing_from_the_publication_exits_2(config_file, source_dsn, lake, tmp_path):
+    with psycopg.connect(source_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE later (id int PRIMARY KEY)")
+    wider = write_config_file(make_config(source_dsn, lake, TABLES + ["public.later"]),
+                              tmp_path / "wider.yml")
+    result = cli(wider, "backfill", "public.later")
+    assert result.returncode == 2
+    assert "not in publication 'lakehouse': public.later" in result.stderr
+    assert "lakehouse setup" in result.stderr
+
+
+def test_table_without_key_is_refused_with_the_fix_exit_3(config_file, source_dsn):
+    with psycopg.connect(source_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE notes DROP CONSTRAINT notes_pkey")
+    result = cli(config_file, "backfill", "public.notes")
+    assert result.returncode == 3
+    assert "without a primary key or replica identity index: public.notes" in result.stderr
+    assert "ADD PRIMARY KEY" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_backfill_before_setup_exits_3(source_dsn, lake, tmp_path):
+    with psycopg.connect(source_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    config_file = write_config_file(make_config(source_dsn, lake, TABLES), tmp_path / "c.yml")
+    result = cli(config_file, "backfill")
+    assert result.returncode == 3
+    assert "run lakehouse setup" in result.stderr
+
+
+def test_progress_redraws_on_a_terminal_and_logs_otherwise(caplog):
+    terminal = io.StringIO()
+    display = ProgressDisplay(terminal, tty=True, redraw_seconds=0)
+    display.start("public.users", 1000)
+    display.advance("public.users", 250)
+    display.start("public.notes", None)
+    display.finish("public.users", "done")
+    out = terminal.getvalue()
+    assert "\x1b[1A\x1b[2K" in out  # moved up to redraw the block
+    assert "public.users  250 / ~1,000 rows  25%" in out and "ETA" in out
+    assert "public.notes  0 rows" in out and "done in" in out
+
+    caplog.set_level("INFO")
+    quiet = io.StringIO()
+    logged = ProgressDisplay(quiet, tty=False, log_seconds=0)
+    logged.start("public.users", 10)
+    logged.advance("public.users", 5)
+    assert quiet.getvalue() == ""
+    assert any("public.users  5 / ~10 rows  50%" in r.getMessage() for r in caplog.records)

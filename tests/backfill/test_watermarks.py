@@ -1,0 +1,144 @@
+"""Watermarks bracket every chunk in the WAL, and a chunk's read takes no blocking lock."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import psycopg
+import pytest
+
+from pipelines.backfill.catalog import table_shape
+from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, take_snapshot
+from pipelines.backfill.watermark import Snapshot, Watermark, parse_watermark
+from pipelines.bronze.schema import WATERMARK_PREFIX
+from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_message
+from pipelines.source.text_format import with_text_format
+from tests.backfill.conftest import backfill, make_config, setup_source, snapshot_rows, states
+
+DDL = """
+CREATE TABLE items (id int PRIMARY KEY, v text);
+INSERT INTO items SELECT i, 'v' || i FROM generate_series(1, 230) i;
+"""
+
+
+@pytest.fixture
+def items(source_dsn, lake):
+    setup_source(source_dsn, DDL, ["public.items"])
+    return make_config(source_dsn, lake, ["public.items"])
+
+
+def wal_messages(dsn: str) -> list[tuple[int, int, int, LogicalMessage]]:
+    """(commit_lsn, index in txn, xid, message) of every logical message in the slot."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes('lakehouse', NULL, NULL, "
+            "'proto_version', '1', 'publication_names', 'lakehouse', 'messages', 'true')").fetchall()
+    out, pending, xid = [], [], 0
+    for (data,) in rows:
+        message = decode_message(data)
+        if isinstance(message, Begin):
+            xid, pending = message.xid, []
+        elif isinstance(message, LogicalMessage):
+            pending.append(message)
+        elif isinstance(message, Commit):
+            out += [(message.commit_lsn, i, xid, m) for i, m in enumerate(pending)]
+    return out
+
+
+def test_every_chunk_has_a_low_then_a_high_watermark_around_its_select(items):
+    backfill(items, chunk_size=40)
+    messages = wal_messages(items.source.dsn)
+    assert messages and all(m.prefix == WATERMARK_PREFIX and m.flags == 1  # transactional
+                            for _, _, _, m in messages)
+    marks: dict[tuple[int, str], tuple] = {}
+    for commit_lsn, index, xid, message in messages:
+        body = json.loads(message.content)
+        mark = parse_watermark(message.content)
+        expected_keys = {"backfill_id", "chunk_id", "table", "kind"} | (
+            {"snapshot"} if mark.kind == "high" else set())
+        assert set(body) == expected_keys
+        assert (mark.chunk_id, mark.kind) not in marks, "a chunk id was used twice"
+        marks[(mark.chunk_id, mark.kind)] = ((commit_lsn, index), xid, mark)
+
+    state = states(items)[0]
+    assert state.status == "done" and state.rows_done == 230
+    chunk_ids = sorted({chunk for chunk, _ in marks})
+    assert len(chunk_ids) == state.chunks_done == 6  # 5 full chunks and a short one
+    for chunk_id in chunk_ids:
+        low_pos, low_xid, low = marks[(chunk_id, "low")]
+        high_pos, high_xid, high = marks[(chunk_id, "high")]
+        assert low_pos < high_pos
+        assert low.table == high.table == "public.items"
+        assert low.backfill_id == high.backfill_id == state.backfill_id
+        assert low.snapshot is None and isinstance(high.snapshot, Snapshot)
+        # low committed before the SELECT's snapshot was taken, high only after it
+        assert high.snapshot.sees(low_xid) and not high.snapshot.sees(high_xid)
+    # rows in bronze belong exactly to the chunks that have both watermarks
+    assert {r["chunk_id"] for r in snapshot_rows(items)} <= set(chunk_ids)
+
+
+def test_watermark_json_round_trips():
+    high = Watermark("b", 7, "public.t", "high", Snapshot(10, 15, (11, 13)))
+    assert json.loads(high.to_json()) == {"backfill_id": "b", "chunk_id": 7, "table": "public.t",
+                                          "kind": "high",
+                                          "snapshot": {"xmin": 10, "xmax": 15, "xip": [11, 13]}}
+    assert parse_watermark(high.to_json()) == high
+    assert parse_watermark(Watermark("b", 0, "public.t", "low").to_json()).snapshot is None
+
+
+def test_snapshot_visibility_widens_32_bit_xids():
+    snap = Snapshot((5 << 32) + 100, (5 << 32) + 110, ((5 << 32) + 105,))
+    assert snap.sees(99) and snap.sees(104) and not snap.sees(105) and not snap.sees(110)
+    assert snap.sees((5 << 32) + 99) and not snap.sees((5 << 32) + 120)
+    wrapped = Snapshot((1 << 32) - 5, (1 << 32) + 5, ())
+    assert wrapped.sees((1 << 32) - 10) and wrapped.sees(2) and not wrapped.sees(6)
+
+
+def test_writers_do_not_wait_while_a_chunk_transaction_is_open(items):
+    """The chunk's SELECT holds only ACCESS SHARE: updates, inserts and deletes go through."""
+    dsn = items.source.dsn
+    with psycopg.connect(with_text_format(dsn), autocommit=True) as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        take_snapshot(reader)
+        shape = table_shape(reader, "public.items", "lakehouse")
+        first = parse_csv(copy_out(reader, chunk_statement(shape, None, 100))[0], 2)
+        pid = reader.info.backend_pid
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '1s'")
+            writer.execute("UPDATE items SET v = 'changed' WHERE id <= 150")
+            writer.execute("INSERT INTO items VALUES (1000, 'new')")
+            writer.execute("DELETE FROM items WHERE id = 2")
+            locks = writer.execute(
+                "SELECT DISTINCT mode FROM pg_locks WHERE pid = %s AND locktype = 'relation'",
+                (pid,)).fetchall()
+        second = parse_csv(copy_out(reader, chunk_statement(shape, ("100",), 100))[0], 2)
+        reader.execute("COMMIT")
+    assert locks == [("AccessShareLock",)]
+    # and the open transaction kept reading its own snapshot
+    assert first.column(1)[1].as_py() == "v2"
+    assert second.column(1).to_pylist()[:3] == ["v101", "v102", "v103"]
+
+
+def test_backfill_runs_beside_a_writer_that_never_waits(items):
+    stop, errors, updates = threading.Event(), [], [0]
+
+    def write() -> None:
+        with psycopg.connect(items.source.dsn, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '1s'")
+            try:
+                while not stop.is_set():
+                    conn.execute("UPDATE items SET v = v || '.' WHERE id = %s",
+                                 (updates[0] % 230 + 1,))
+                    updates[0] += 1
+            except psycopg.Error as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        backfill(items, chunk_size=20)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors and updates[0] > 0
