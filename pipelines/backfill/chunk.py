@@ -23,7 +23,7 @@ import pyarrow.csv as pcsv
 from psycopg import pq, sql
 
 from pipelines.backfill.catalog import TableShape, shape_fingerprint, table_shape
-from pipelines.backfill.watermark import Snapshot
+from pipelines.bronze.watermarks import Snapshot
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 
 _STRING_LISTS = pa.list_(pa.string())

@@ -30,7 +30,8 @@ from pipelines.backfill.catalog import estimated_rows, key_order, regclass
 from pipelines.backfill.chunk import RawChunk, ShapeCache, read_chunk, snapshot_rows
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
-from pipelines.backfill.watermark import Snapshot, Watermark, emit_watermark
+from pipelines.backfill.watermark import emit_watermark
+from pipelines.bronze.watermarks import Snapshot, Watermark
 from pipelines.config import SourceConfig
 from pipelines.errors import DataError, LakehouseError, SourceError
 from pipelines.lake import LakeLayout

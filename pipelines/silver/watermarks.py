@@ -11,48 +11,24 @@ chunk, so its changes count as window changes too.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Iterable
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from pipelines.bronze.watermarks import HALF_RING, XID_MODULO, Snapshot
+from pipelines.bronze.watermarks import parse_watermark as parse_body
 from pipelines.errors import DataError
 
 Position = tuple[int, int]  # (commit_lsn, change_index)
 
-XID_MODULO = 1 << 32
-_HALF = 1 << 31
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A transaction snapshot as pg_current_snapshot() reports it (64-bit xids)."""
-
-    xmin: int
-    xmax: int
-    xip: tuple[int, ...] = ()
-
-    def sees(self, xid: int | None) -> bool:
-        """Whether the committed transaction with this 32-bit xid is visible to it.
-
-        The 32-bit xid is widened to the 64-bit one within 2^31 of xmin, the way Postgres
-        compares xids (older ones are long finished, so visible).
-        """
-        if xid is None:
-            return True
-        delta = (xid - self.xmin) % XID_MODULO
-        if delta >= _HALF:  # before xmin
-            return True
-        full = self.xmin + delta
-        return full < self.xmax and full not in self.xip
 
 
 @dataclass(frozen=True)
 class Watermark:
-    """One watermark message as it landed in bronze."""
+    """One watermark message as it landed in bronze: its content plus its position."""
 
     backfill_id: str
     chunk_id: int
@@ -78,31 +54,13 @@ class ChunkWindow:
 
 def parse_watermark(content: bytes | str, position: Position,
                     commit_ts: datetime | None = None) -> Watermark:
-    """Decode a watermark message's JSON content; DataError when it is not one."""
+    """Decode a watermark message found at `position` in bronze/changes."""
     try:
-        doc: Any = json.loads(content)
-        kind = doc["kind"]
-        if kind not in ("low", "high"):
-            raise ValueError(f"kind {kind!r}")
-        table = str(doc["table"])
-        if "." not in table:
-            raise ValueError(f"table {table!r} is not schema.table")
-        snapshot = _snapshot(doc.get("snapshot"))
-        return Watermark(str(doc["backfill_id"]), int(doc["chunk_id"]), table, kind,
-                         position, commit_ts, snapshot)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"bronze/changes at position {position}: malformed backfill "
-                        f"watermark ({exc}): {content!r:.200}") from exc
-
-
-def _snapshot(raw: Any) -> Snapshot | None:
-    if raw is None:
-        return None
-    xmin, xmax = int(raw["xmin"]), int(raw["xmax"])
-    xip = tuple(int(x) for x in raw.get("xip") or ())
-    if not 0 <= xmin <= xmax or any(not xmin <= x < xmax for x in xip):
-        raise ValueError(f"inconsistent snapshot {raw!r}")
-    return Snapshot(xmin, xmax, xip)
+        body = parse_body(content)
+    except DataError as exc:
+        raise DataError(f"bronze/changes at position {position}: {exc}") from exc
+    return Watermark(body.backfill_id, body.chunk_id, body.table, body.kind, position,
+                     commit_ts, body.snapshot)
 
 
 def chunk_windows(watermarks: Iterable[Watermark]) -> list[ChunkWindow]:
@@ -135,5 +93,5 @@ def invisible_to_snapshot(xid: Column, xmin: Column, xmax: Column, xip: Column) 
     delta = F.pmod(xid - F.pmod(xmin, modulo), modulo)
     full = xmin + delta
     unseen = (full >= xmax) | F.exists(xip, lambda v: v == full)
-    return F.coalesce(xid.isNotNull() & xmin.isNotNull() & (delta < F.lit(_HALF)) & unseen,
+    return F.coalesce(xid.isNotNull() & xmin.isNotNull() & (delta < F.lit(HALF_RING)) & unseen,
                       F.lit(False))

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import psycopg
 
-from pipelines.backfill.watermark import Watermark, parse_watermark
+from pipelines.bronze.watermarks import Watermark, parse_watermark
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.ingest.pgoutput import (UNCHANGED_TOAST, Begin, Commit, Delete, Insert,
                                        LogicalMessage, Relation, Update, decode_message)

@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.backfill.catalog import table_shape
 from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, take_snapshot
-from pipelines.backfill.watermark import Snapshot, Watermark, parse_watermark
+from pipelines.bronze.watermarks import Snapshot, Watermark, parse_watermark
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_message
 from pipelines.source.text_format import with_text_format
