@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.silver.command",
     "pipelines.gold.command",
     "pipelines.verify",
+    "pipelines.continuous",
 )
 
 DESCRIPTION = f"""\
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long the concurrent workload runs (default: %(default)s)")
     demo.add_argument("--fresh", action="store_true",
                       help="delete the demo database and lake first")
+    demo.add_argument("--port", type=int, default=54329,
+                      help="port of the embedded Postgres (default: %(default)s)")
     demo.set_defaults(handler=_demo, needs_config=False)
 
     for module in COMMAND_MODULES:
@@ -114,7 +117,7 @@ def _demo(args: argparse.Namespace, config: None) -> int:
     from pipelines.demo.run import DemoOptions, run_demo
 
     return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
-                                fresh=args.fresh))
+                                fresh=args.fresh, port=args.port))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.config import Config
-from pipelines.lake import LakeLayout
+from pipelines.errors import SourceError
+from pipelines.ingest.bronze_writer import read_progress
+from pipelines.ingest.lsn import format_lsn
+from pipelines.lake import LakeLayout, read_delta
 from pipelines.source.connection import connect
 
 
@@ -36,22 +44,103 @@ def slot_status(config: Config) -> SlotStatus:
     return SlotStatus(config.source.slot, True, *row)
 
 
+@dataclass(frozen=True)
+class LakeStatus:
+    """Bronze, silver and gold as the lake records them (read with delta-rs, no Spark)."""
+
+    bronze_commit_at: datetime | None = None  # last Delta commit of bronze/changes
+    bronze_newest_change_at: datetime | None = None  # newest source commit landed
+    bronze_confirmable_lsn: str | None = None  # end of the last whole transaction landed
+    silver: dict[str, dict] = field(default_factory=dict)  # table -> position, run, error
+    gold: dict[str, datetime] = field(default_factory=dict)  # report -> last refresh
+
+
+def lake_status(config: Config) -> LakeStatus:
+    layout = LakeLayout(config.lake.path)
+    if not DeltaTable.is_deltatable(str(layout.bronze_changes)):
+        return LakeStatus()
+    bronze = DeltaTable(str(layout.bronze_changes))
+    files = pa.table(bronze.get_add_actions(flatten=True))  # per-file stats: no data scan
+    newest = pc.max(files.column("max.commit_ts")).as_py() if files.num_rows else None
+    progress = read_progress(layout.bronze_changes, config.source.slot)
+    silver = {}
+    progress_path = layout.state("silver_progress")
+    if DeltaTable.is_deltatable(str(progress_path)):
+        for row in read_delta(progress_path).to_pylist():
+            if row["table_name"] != "*":
+                silver[row["table_name"]] = {
+                    "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
+                    "last_run_at": row["updated_at"], "error": row["error"]}
+    gold = {}
+    gold_root = layout.root / "gold"
+    for path in sorted(gold_root.iterdir()) if gold_root.is_dir() else []:
+        if DeltaTable.is_deltatable(str(path)):
+            gold[path.name] = _commit_time(DeltaTable(str(path)))
+    return LakeStatus(_commit_time(bronze), newest, format_lsn(progress.end_lsn), silver, gold)
+
+
+def _commit_time(table: DeltaTable) -> datetime:
+    millis = table.history(1)[0]["timestamp"]
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+
+
 def print_status(config: Config, as_json: bool) -> int:
-    slot = slot_status(config)
+    """Print everything; the lake side even when the source cannot be reached (exit 3)."""
+    try:
+        slot: SlotStatus | None = slot_status(config)
+        source_error = None
+    except SourceError as exc:
+        slot, source_error = None, exc
+    lake = lake_status(config)
     backfills = backfill_status(config)
     if as_json:
-        print(json.dumps({"slot": asdict(slot),
-                          "backfills": [b.to_json() for b in backfills]}, indent=2))
-        return 0
-    if not slot.exists:
-        print(f"slot {slot.slot}: missing (run lakehouse setup)")
+        print(json.dumps({"slot": asdict(slot) if slot else {"error": str(source_error)},
+                          "lake": asdict(lake),
+                          "backfills": [b.to_json() for b in backfills]},
+                         indent=2, default=str))
     else:
-        print(f"slot {slot.slot}: {'active' if slot.active else 'inactive'}, "
-              f"confirmed {slot.confirmed_flush_lsn}, lag {slot.lag_bytes} bytes, "
-              f"WAL retained {slot.retained_wal_bytes} bytes ({slot.wal_status})")
-    for backfill in backfills:
-        print(backfill_line(backfill))
-    return 0
+        print("\n".join(status_lines(config, slot, source_error, lake, backfills)))
+    return source_error.exit_code if source_error else 0
+
+
+def status_lines(config: Config, slot: SlotStatus | None, source_error: Exception | None,
+                 lake: LakeStatus, backfills: list[BackfillState]) -> list[str]:
+    now = datetime.now(timezone.utc)
+    lines = []
+    if slot is None:
+        lines.append(f"source: unreachable ({source_error})")
+    elif not slot.exists:
+        lines.append(f"slot {slot.slot}: missing (run lakehouse setup)")
+    else:
+        lines.append(f"slot {slot.slot}: {'active' if slot.active else 'inactive'}, "
+                     f"confirmed {slot.confirmed_flush_lsn}, lag {slot.lag_bytes:,} bytes, "
+                     f"WAL retained {slot.retained_wal_bytes:,} bytes ({slot.wal_status})")
+    if lake.bronze_commit_at is None:
+        lines.append("bronze: empty (run lakehouse ingest)")
+    else:
+        newest = (f", newest change committed {_ago(now, lake.bronze_newest_change_at)} ago"
+                  if lake.bronze_newest_change_at else "")
+        lines.append(f"bronze: last commit {_ago(now, lake.bronze_commit_at)} ago, whole "
+                     f"transactions up to {lake.bronze_confirmable_lsn}{newest}")
+    for table, info in sorted(lake.silver.items()):
+        state = f"error: {info['error']}" if info["error"] else "ok"
+        lines.append(f"silver {table}: applied up to {info['lsn']}, last run "
+                     f"{_ago(now, info['last_run_at'])} ago, {state}")
+    lines += [backfill_line(b) for b in backfills]
+    for report, refreshed in lake.gold.items():
+        lines.append(f"gold {report}: refreshed {_ago(now, refreshed)} ago")
+    return lines
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    seconds = max(0.0, (now - then).total_seconds())
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # --- backfills (pipelines/backfill): the latest backfill of each table -------------------

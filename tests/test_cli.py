@@ -21,12 +21,14 @@ def test_unreachable_source_exits_3(tmp_path):
     config.write_text("source: {dsn: 'host=127.0.0.1 port=1 user=x dbname=x'}\n")
     result = run_cli("--config", str(config), "status")
     assert result.returncode == 3, result.stderr
-    assert "cannot connect to the source database" in result.stderr
+    assert "source: unreachable (cannot connect to the source database" in result.stdout
+    assert "bronze: empty (run lakehouse ingest)" in result.stdout  # the lake side still shows
 
 
 def test_help_explains_every_verb():
     result = run_cli("--help")
     assert result.returncode == 0
-    for verb in ("setup", "status"):
+    for verb in ("setup", "ingest", "backfill", "silver", "gold", "verify", "run", "status",
+                 "demo"):
         assert verb in result.stdout
     assert "Exit codes" in result.stdout

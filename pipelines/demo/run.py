@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+import pyarrow.compute as pc
 import yaml
-from pyspark.sql import functions as F
 from deltalake import DeltaTable
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import Config, load_config
+from pipelines.continuous import IngestProcess
 from pipelines.errors import SourceError
 from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
@@ -56,6 +54,7 @@ class DemoOptions:
     seconds: float = 20.0
     sessions: int = 3
     fresh: bool = False
+    port: int = DEMO_PORT
 
 
 @dataclass
@@ -78,7 +77,7 @@ class Timings:
 
 def run_demo(options: DemoOptions) -> int:
     workdir = options.workdir.resolve()
-    server = EmbeddedPostgres(server_dir_for(workdir / "pg"), DEMO_PORT)
+    server = EmbeddedPostgres(server_dir_for(workdir / "pg"), options.port)
     if options.fresh:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
@@ -94,7 +93,7 @@ def run_demo(options: DemoOptions) -> int:
         print(f"source: {len(report.tables)} tables, {seeded or 'existing'} rows seeded, "
               f"slot {config.source.slot} {'created' if report.slot_created else 'reused'}")
         timings.bronze_before = bronze_rows(config)
-        ingest = start_ingest(workdir, config)
+        ingest = IngestProcess(workdir / "lakehouse.yml", output=(workdir / "ingest.log").open("a"))
         spark = get_spark(config)
         concurrent_phase(config, spark, options, timings)
         timings.freshness = probe_freshness(config, spark)
@@ -109,7 +108,8 @@ def run_demo(options: DemoOptions) -> int:
         since = time.monotonic()
         diffs = run_verify(config, spark, wait_seconds=30)
         timings.phase("verify", since)
-        stop_ingest(ingest)
+        if ingest.stop() != 0:
+            log.warning("the ingest exited with %s: see ingest.log", ingest.process.returncode)
 
         print(format_gold_reports(spark, LakeLayout(config.lake.path), limit=5))
         print("\nverify (silver vs the source):")
@@ -117,8 +117,8 @@ def run_demo(options: DemoOptions) -> int:
         print(summary(config, timings, sum(gold.rows.values())))
         return 0 if all(d.equal for d in diffs) else 1
     finally:
-        if ingest is not None and ingest.poll() is None:
-            stop_ingest(ingest)
+        if ingest is not None and ingest.running:
+            ingest.stop()
         server.stop()
 
 
@@ -169,29 +169,15 @@ def probe_freshness(config: Config, spark, timeout: float = 120) -> float:
     with psycopg.connect(config.source.dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO scratch (id, note) VALUES (0, %s) "
                      "ON CONFLICT (id) DO UPDATE SET note = excluded.note", (marker,))
-    path = str(LakeLayout(config.lake.path).silver("public", "scratch"))
+    path = LakeLayout(config.lake.path).silver("public", "scratch")
     while time.monotonic() - committed < timeout:
         run_silver(config, spark, tables=["public.scratch"])
-        if spark.read.format("delta").load(path).where(F.col("note") == marker).count():
+        if DeltaTable.is_deltatable(str(path)) and read_delta(
+                path, ["note"], filter=pc.field("note") == marker).num_rows:
             return time.monotonic() - committed
         time.sleep(0.1)
     raise SourceError(f"the freshness probe did not reach silver in {timeout:.0f} s: "
                       "see ingest.log")
-
-
-def start_ingest(workdir: Path, config: Config) -> subprocess.Popen:
-    """The ingest as its own process, logging to <workdir>/ingest.log."""
-    log_file = (workdir / "ingest.log").open("a")
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config",
-                             str(workdir / "lakehouse.yml"), "ingest"],
-                            stdout=log_file, stderr=subprocess.STDOUT)
-
-
-def stop_ingest(ingest: subprocess.Popen) -> None:
-    """SIGTERM: the ingest lands whole transactions, confirms them and exits 0."""
-    ingest.send_signal(signal.SIGTERM)
-    if ingest.wait(timeout=60) != 0:
-        log.warning("the ingest exited with %s: see ingest.log", ingest.returncode)
 
 
 def write_config(workdir: Path, dsn: str) -> Config:

@@ -1,0 +1,109 @@
+"""`lakehouse run`: ingest, silver and gold together, for local use.
+
+The ingest runs as its own process (as in production: no JVM, restartable on its own);
+this process applies silver and gold every `silver.interval_seconds`. Ctrl-C or SIGTERM
+stops the ingest first (it lands whole transactions and confirms them), then one last
+silver and gold pass applies what landed, so nothing received is left unapplied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Sequence
+
+from pipelines.config import Config
+from pipelines.errors import LakehouseError
+from pipelines.gold.run import run_gold
+from pipelines.lake import LakeLayout
+from pipelines.silver.job import run_silver
+
+log = logging.getLogger(__name__)
+
+
+class IngestProcess:
+    """`lakehouse ingest` as a child process with the same config and overrides."""
+
+    def __init__(self, config_path: str | Path | None, overrides: Sequence[str] = (),
+                 output: IO | None = None) -> None:
+        argv = [sys.executable, "-m", "pipelines.cli"]
+        if config_path is not None:
+            argv += ["--config", str(config_path)]
+        for override in overrides:
+            argv += ["--set", override]
+        self.process = subprocess.Popen(argv + ["ingest"], stdout=output,
+                                        stderr=subprocess.STDOUT if output else None)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM: the ingest lands whole transactions, confirms them and exits 0."""
+        if self.running:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.Event) -> int:
+    """Silver and gold in a loop beside the ingest until `stop`; returns an exit code."""
+    layout = LakeLayout(config.lake.path)
+    try:
+        while not stop.is_set():
+            if not ingest.running:
+                code = ingest.process.returncode
+                log.error("the ingest exited with %s; stopping", code)
+                return code or 1
+            apply_once(config, spark, layout)
+            stop.wait(config.silver.interval_seconds)
+    finally:
+        code = ingest.stop()
+        log.info("ingest stopped (exit %s); applying what it landed", code)
+        apply_once(config, spark, layout)
+    return 0
+
+
+def apply_once(config: Config, spark, layout: LakeLayout) -> None:
+    silver = run_silver(config, spark)
+    changed = [t for t in silver.tables if t.error is None]
+    for failed in silver.failed:
+        log.error("silver %s stopped: %s", failed.table, failed.error)
+    if changed:
+        gold = run_gold(spark, layout)
+        log.info("silver applied %d table(s) in %.1f s; gold %d report(s) in %.1f s",
+                 len(changed), silver.seconds, len(gold.written), gold.seconds)
+
+
+def add_parser(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "run", help="ingest, silver and gold together (local use)",
+        description="Start the ingest as a child process and apply silver and gold every "
+        "silver.interval_seconds. Ctrl-C (or SIGTERM) stops the ingest cleanly, applies "
+        "what it landed, and exits 0. Exits with the ingest's code if it fails.")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.engine import get_spark
+
+    spark = get_spark(config)
+    # After the engine starts: the in-process Sail server stops itself on SIGINT unless
+    # our handlers replace its own, and the last silver pass still needs it.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    ingest = IngestProcess(args.config, args.overrides)
+    try:
+        return run_pipeline(config, ingest, spark, stop)
+    except LakehouseError:
+        ingest.stop()
+        raise
