@@ -28,8 +28,11 @@ test: install java
 	$(PYTEST) --engine sail
 	$(PYTEST) --engine spark -m spark
 
+# Benchmarks print rates next to the physical limit measured in the same run.
 bench: install
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.ingest_bench
+	$(BIN)/python -m bench.backfill_bench
+	$(BIN)/python -m bench.silver_bench
 
 clean:
 	rm -rf $(VENV) .lakehouse lake

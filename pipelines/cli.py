@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+import psycopg
+
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
-from pipelines.errors import LakehouseError
+from pipelines.errors import LakehouseError, SourceError
 
 log = logging.getLogger("lakehouse")
 
@@ -51,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="SECTION.KEY=VALUE",
                         help="override one config setting, e.g. --set lake.path=/Volumes/x "
                         "(repeatable; used by the Databricks jobs to pass bundle variables)")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more log output (-vv for debug)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug log output, including Spark Connect and gRPC")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
@@ -66,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = verbs.add_parser(
         "status", help="replication lag and pipeline freshness",
-        description="Report the replication slot (active, lag in bytes, WAL retained).")
+        description="Report every layer: the replication slot (active, lag, WAL retained), "
+        "bronze (last commit, landed position, newest change), silver per table (applied "
+        "position, last run, error), backfills (progress) and gold (last refresh). The lake "
+        "side is read with delta-rs (no Spark) and shown even when the source is down "
+        "(exit 3 then).")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
 
@@ -76,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         "under --workdir, set up replication, then run the ingest, the backfill, a concurrent "
         "workload and silver together; catch up, build gold, verify silver against the "
         "source, print the reports and a timing summary. Exit 0 only if verify passed. "
-        "Needs no --config; writes WORKDIR/lakehouse.yml for the other verbs. A second run "
-        "without --fresh continues from the existing database and lake.")
+        "Needs no --config. Writes WORKDIR/lakehouse.yml: with it the lake-side verbs "
+        "(status, silver, gold) work on the demo lake afterwards; the demo's Postgres is "
+        "stopped at the end. A second run without --fresh continues from the existing "
+        "database and lake.")
     demo.add_argument("--workdir", type=Path, default=Path(".lakehouse"),
                       help="where the demo keeps its Postgres data and lake (default: %(default)s)")
     demo.add_argument("--rows", type=int, default=20_000,
@@ -132,16 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("failed", exc_info=True)
         print(f"lakehouse {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except psycopg.Error as exc:  # a database error no layer turned into a clearer one
+        log.debug("failed", exc_info=True)
+        print(f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
+              f"{str(exc).strip()}", file=sys.stderr)
+        return SourceError.exit_code
     except KeyboardInterrupt:
         print(f"lakehouse {args.verb}: interrupted", file=sys.stderr)
         return 130
 
 
-def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    if verbose < 2:  # Spark Connect and gRPC chatter is noise to a pipeline operator
+    if not verbose:  # Spark Connect and gRPC chatter is noise to a pipeline operator
         for noisy in ("py4j", "pyspark", "grpc", "urllib3"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -128,7 +128,7 @@ def _apply_override(raw: Any, override: str) -> dict:
     parts = key.strip().split(".")
     if not sep or not all(parts):
         raise ConfigError(f"--set {override!r}: expected section.key=value")
-    if parts == ["source", "dsn"]:
+    if parts in (["source"], ["source", "dsn"]):  # a whole section could carry a dsn
         raise ConfigError(f"--set source.dsn: pass secrets through {DSN_ENV}, not arguments "
                           "(they show up in process lists and job run pages)")
     result = dict(_mapping(raw, "config"))
@@ -160,6 +160,10 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
     source_cfg = _with_tables(source_cfg)
 
     lake = _section(LakeConfig, _mapping(top.get("lake", {}), "lake"), "lake")
+    if "://" in str(lake.path):
+        raise ConfigError(f"lake.path: got {lake.path!r}, expected a file system path (a "
+                          "local directory, or a Unity Catalog volume such as "
+                          "/Volumes/catalog/schema/lake); object store URLs are not supported")
     lake_path = Path(lake.path).expanduser()
     lake = LakeConfig(path=lake_path if lake_path.is_absolute() else (base_dir / lake_path).resolve())
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import LakehouseError
@@ -30,13 +30,13 @@ class IngestProcess:
     """`lakehouse ingest` as a child process with the same config and overrides."""
 
     def __init__(self, config_path: str | Path | None, overrides: Sequence[str] = (),
-                 output: IO | None = None) -> None:
+                 output: IO | None = None, env: Mapping[str, str] | None = None) -> None:
         argv = [sys.executable, "-m", "pipelines.cli"]
         if config_path is not None:
             argv += ["--config", str(config_path)]
         for override in overrides:
             argv += ["--set", override]
-        self.process = subprocess.Popen(argv + ["ingest"], stdout=output,
+        self.process = subprocess.Popen(argv + ["ingest"], stdout=output, env=env,
                                         stderr=subprocess.STDOUT if output else None)
 
     @property

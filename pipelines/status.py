@@ -113,8 +113,11 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
         lines.append(f"slot {slot.slot}: missing (run lakehouse setup)")
     else:
         lines.append(f"slot {slot.slot}: {'active' if slot.active else 'inactive'}, "
-                     f"confirmed {slot.confirmed_flush_lsn}, lag {slot.lag_bytes:,} bytes, "
-                     f"WAL retained {slot.retained_wal_bytes:,} bytes ({slot.wal_status})")
+                     f"confirmed {slot.confirmed_flush_lsn}, lag {_bytes(slot.lag_bytes)}, "
+                     f"WAL retained {_bytes(slot.retained_wal_bytes)} ({slot.wal_status})")
+        if slot.wal_status == "lost":
+            lines.append("  the slot is invalidated: changes were lost; see "
+                         "docs/operations.md (recovering from a lost slot)")
     if lake.bronze_commit_at is None:
         lines.append("bronze: empty (run lakehouse ingest)")
     else:
@@ -130,6 +133,10 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
     for report, refreshed in lake.gold.items():
         lines.append(f"gold {report}: refreshed {_ago(now, refreshed)} ago")
     return lines
+
+
+def _bytes(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,} bytes"
 
 
 def _ago(now: datetime, then: datetime) -> str:

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pipelines.backfill.catalog import table_shape
 from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv
 from pipelines.bronze.schema import WATERMARK_PREFIX
+from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config
 from pipelines.lake import LakeLayout
 from pipelines.silver.job import PROGRESS_TABLE, configured_tables
@@ -103,7 +104,8 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
     progress = read_progress(spark, path, maintenance.exists(path))
     changes = spark.read.format("delta").load(str(layout.bronze_changes))
     watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
-    row_table = F.concat_ws(".", F.col("schema_name"), F.col("table_name"))
+    row_table = F.when(F.col("table_name").isNotNull(),
+                       F.concat_ws(".", F.col("schema_name"), F.col("table_name")))
     behind = None
     for table in tables:
         lsn, index = progress.of(table).position
@@ -164,10 +166,9 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
     source, columns = source_snapshot(spark, conn, table, config.source.publication)
     names = [c.name for c in columns]
     keys = [c.name for c in columns if c.is_key]
-    schema, name = table.split(".", 1)
-    path = LakeLayout(config.lake.path).silver(schema, name)
-    if maintenance_for(config, spark).exists(path):
-        silver = spark.read.format("delta").load(str(path))
+    silver_table = TableNames.from_config(config).silver(*table.split(".", 1))
+    if table_exists(spark, silver_table, maintenance_for(config, spark).exists):
+        silver = read_table(spark, silver_table)
         silver = silver.select(*(F.col(f"`{c}`") if c in silver.columns
                                  else F.lit(None).alias(c) for c in names))
     else:

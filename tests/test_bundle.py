@@ -51,10 +51,14 @@ def test_schema_check_can_fail(validator):
 def test_bundle_shape_follows_the_default_python_template():
     bundle = yaml.safe_load((ROOT / "databricks.yml").read_text())
     assert bundle["include"] == ["resources/*.yml"]
-    assert bundle["targets"]["dev"] == {"mode": "development", "default": True}
+    assert bundle["targets"]["dev"]["mode"] == "development"
+    assert bundle["targets"]["dev"]["default"] is True
     assert bundle["targets"]["prod"]["mode"] == "production"
-    assert {"catalog", "silver_schema", "gold_schema", "lake_path", "secret_scope"} <= set(
-        bundle["variables"])
+    assert {"catalog", "silver_schema", "gold_schema", "lake_path", "secret_scope", "slot",
+            "publication"} <= set(bundle["variables"])
+    dev = bundle["targets"]["dev"]["variables"]
+    assert dev["slot"] != bundle["variables"]["slot"]["default"]  # dev never takes prod's slot
+    assert dev["lake_path"] != bundle["variables"]["lake_path"]["default"]
 
 
 def job_tasks():
@@ -77,9 +81,10 @@ def test_task_entry_point_and_parameters_exist_in_the_cli(job, task):
     assert wheel["package_name"] == project["name"].replace("-", "_")
     assert wheel["entry_point"] in project["scripts"]
     args = build_parser().parse_args([substitute(a) for a in wheel["parameters"]])
-    assert args.verb in {"ingest", "backfill", "silver", "gold"}
-    for param in job.get("parameters", []):
-        assert any(f"{{{{job.parameters.{param['name']}}}}}" in a for a in wheel["parameters"])
+    assert args.verb in {"setup", "ingest", "backfill", "silver", "gold"}
+    used = [a for t in job["tasks"] for a in t["python_wheel_task"]["parameters"]]
+    for param in job.get("parameters", []):  # every job parameter reaches some task
+        assert any(f"{{{{job.parameters.{param['name']}}}}}" in a for a in used)
 
 
 def strings(node):

@@ -81,3 +81,10 @@ def test_overrides_apply_before_validation(tmp_path):
         load_config(path, environ={}, overrides=["engine"])
     with pytest.raises(ConfigError, match="LAKEHOUSE_SOURCE_DSN"):
         load_config(path, environ={}, overrides=["source.dsn=host=x password=y"])
+    with pytest.raises(ConfigError, match="LAKEHOUSE_SOURCE_DSN"):
+        load_config(path, environ={}, overrides=["source={dsn: 'host=x password=y'}"])
+
+
+def test_object_store_lake_paths_are_refused_not_mangled(tmp_path):
+    with pytest.raises(ConfigError, match="lake.path: got 's3://bucket/lake'"):
+        load_config(write(tmp_path, GOOD.replace("./lake", "s3://bucket/lake")), environ={})

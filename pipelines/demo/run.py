@@ -12,6 +12,7 @@ The effective config is written to <workdir>/lakehouse.yml for the other verbs.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import statistics
 import threading
@@ -25,7 +26,7 @@ import yaml
 from deltalake import DeltaTable
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
-from pipelines.config import Config, load_config
+from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.continuous import IngestProcess
 from pipelines.errors import SourceError
 from pipelines.demo.seed import create_schema, seed
@@ -93,7 +94,11 @@ def run_demo(options: DemoOptions) -> int:
         print(f"source: {len(report.tables)} tables, {seeded or 'existing'} rows seeded, "
               f"slot {config.source.slot} {'created' if report.slot_created else 'reused'}")
         timings.bronze_before = bronze_rows(config)
-        ingest = IngestProcess(workdir / "lakehouse.yml", output=(workdir / "ingest.log").open("a"))
+        # The demo's own source only: a LAKEHOUSE_SOURCE_DSN exported for a real pipeline
+        # must not point the demo's ingest at (and consume) that database's slot.
+        env = {k: v for k, v in os.environ.items() if k not in (DSN_ENV, CONFIG_ENV)}
+        ingest = IngestProcess(workdir / "lakehouse.yml",
+                               output=(workdir / "ingest.log").open("a"), env=env)
         spark = get_spark(config)
         concurrent_phase(config, spark, options, timings)
         timings.freshness = probe_freshness(config, spark)

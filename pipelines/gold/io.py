@@ -1,21 +1,26 @@
 """The edges of the gold job: silver tables in as temp views, report tables out.
 
-Everything else in pipelines.gold is SQL text or DataFrame -> DataFrame. A Databricks
-engine swaps `LakeGoldIO` for an implementation of `GoldIO` that reads and writes Unity
-Catalog names (`spark.table`, `saveAsTable`); the report SQL stays the same because it
-only names views.
+Everything else in pipelines.gold is SQL text or DataFrame -> DataFrame. `TableGoldIO`
+reads and writes the tables where pipelines.catalog puts them: Delta paths under the
+lake on the local engines, Unity Catalog tables on Databricks (`spark.table`,
+`saveAsTable`). The report SQL stays the same because it only names views.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
+from pipelines.catalog import TableNames, ensure_schema, read_table, save_table, table_exists
 from pipelines.gold.reports import SILVER_SCHEMA
 from pipelines.lake import LakeLayout
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,52 @@ class LakeGoldIO:
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         return spark.read.format("delta").load(self.report_location(report))
+
+
+def _has_delta_log(path: Path) -> bool:
+    return (path / "_delta_log").is_dir()
+
+
+@dataclass(frozen=True)
+class TableGoldIO:
+    """Silver and gold wherever `names` puts them: Delta paths under the lake, or catalog
+    tables (Unity Catalog on Databricks; the gold schema is created when missing)."""
+
+    spark: SparkSession
+    names: TableNames
+    schema: str = SILVER_SCHEMA
+    path_exists: Callable[[Path], bool] = _has_delta_log  # no Spark action for paths
+
+    def silver_location(self, table: str) -> str:
+        return str(self.names.silver(self.schema, table))
+
+    def silver_exists(self, table: str) -> bool:
+        return table_exists(self.spark, self.names.silver(self.schema, table), self.path_exists)
+
+    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
+        return read_table(spark, self.names.silver(self.schema, table))
+
+    def report_location(self, report: str) -> str:
+        return str(self.names.gold(report))
+
+    def report_exists(self, report: str) -> bool:
+        return table_exists(self.spark, self.names.gold(report), self.path_exists)
+
+    def write_report(self, df: DataFrame, report: str) -> None:
+        # overwriteSchema: a report whose declared schema changed replaces the old table;
+        # on a catalog table this is one Delta commit that keeps the table and its history
+        target = self.names.gold(report)
+        ensure_schema(self.spark, target)
+        save_table(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
+                   target)
+
+    def read_report(self, spark: SparkSession, report: str) -> DataFrame:
+        return read_table(spark, self.names.gold(report))
+
+
+def gold_io_for(config: "Config", spark: SparkSession) -> TableGoldIO:
+    """The GoldIO of `config`'s engine (names from pipelines.catalog)."""
+    return TableGoldIO(spark, TableNames.from_config(config))
 
 
 def register_silver_views(spark: SparkSession, io: GoldIO,

@@ -4,6 +4,9 @@ bronze rows -> text events -> key changes expanded -> backfill chunks reconciled
 unchanged TOAST filled -> newest event per key above the truncate floor -> staged ->
 typed (validated) -> cast to the silver schema -> MERGE into silver, then into its
 tombstones.
+
+Tables are read, created and merged into through their TableRef (pipelines.catalog): a
+Delta path locally, a Unity Catalog table on Databricks; the statements are the same.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StructField, StructType, TimestampType
 
 from pipelines.bronze.schema import OP_TRUNCATE
+from pipelines.catalog import (
+    TableNames, TableRef, ensure_schema, read_table, save_table, table_exists)
 from pipelines.errors import DataError
 from pipelines.lake import LakeLayout
 from pipelines.silver.batch import latest_events
@@ -30,7 +35,8 @@ from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
 from pipelines.silver.merge import (
-    delta_path, drop_stale_events, floor_merge_sql, silver_merge_sql, tombstone_merge_sql)
+    add_columns_merge_sql, drop_stale_events, floor_merge_sql, silver_merge_sql,
+    tombstone_merge_sql)
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.reconcile import WINDOW_SCHEMA, reconcile_chunks, window_rows
 from pipelines.silver.scan import TableScan
@@ -41,7 +47,6 @@ from pipelines.silver.watermarks import ChunkWindow, Position, invisible_to_snap
 
 log = logging.getLogger(__name__)
 
-TOMBSTONES = "silver_tombstones"
 STAGING = "silver_staging"
 METADATA_FIELDS = (StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongType()),
                    StructField(COMMIT_TS, TimestampType()))
@@ -58,11 +63,20 @@ class SilverContext:
     maintenance: Maintenance
     retention: timedelta
     changes: DataFrame
+    names: TableNames
+
+    def exists(self, table: TableRef) -> bool:
+        """Whether the silver or tombstone table exists yet."""
+        return table_exists(self.spark, table, self.maintenance.exists)
+
+    def read(self, table: TableRef) -> DataFrame:
+        """The table's current version."""
+        return read_table(self.spark, table)
 
 
 def tombstones_path(layout: LakeLayout, schema: str, table: str) -> Path:
-    """The sidecar Delta table of a silver table's tombstones."""
-    return layout.state(TOMBSTONES) / schema / table
+    """The sidecar Delta table of a silver table's tombstones (a path on every engine)."""
+    return TableNames(layout).tombstones(schema, table).path
 
 
 def _chunk_shape(run: SilverContext, table: TableScan) -> TableShape | None:
@@ -157,12 +171,12 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         chunk_shape = _chunk_shape(run, table)
         shape = merge_shapes(shape, chunk_shape) if shape else chunk_shape
     schema, name = table.name.split(".", 1)
-    silver_path = run.layout.silver(schema, name)
-    marks_path = tombstones_path(run.layout, schema, name)
+    silver = run.names.silver(schema, name)
+    marks = run.names.tombstones(schema, name)
     if shape is None:  # no row says what the table looks like: a bare truncate
         if floor_moved:
-            for path in (silver_path, marks_path):
-                _truncate(run, path, floor)
+            for target in (silver, marks):
+                _truncate(run, target, floor)
         return Applied(floor)
     keys = list(shape.key_columns)
 
@@ -172,23 +186,23 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     typed = typed_columns(latest, shape.columns, table=shape.qualified_name)
 
     batch_fields = [StructField(c.name, spark_type(c), True) for c in shape.columns]
-    created = _ensure_table(run, silver_path, StructType(batch_fields + list(METADATA_FIELDS)),
+    created = _ensure_table(run, silver, StructType(batch_fields + list(METADATA_FIELDS)),
                             replace_tables)
-    target = run.spark.read.format("delta").load(str(silver_path)).schema
+    target = run.read(silver).schema
     plan = plan_schema(shape.qualified_name, target, batch_fields)
-    _evolve(run, silver_path, target, plan)
+    _evolve(run, silver, target, plan)
     final = plan.final_schema(target)
     types = {f.name: f.dataType for f in final.fields}
     mark_schema = StructType([StructField(k, types[k], True) for k in keys]
                              + list(METADATA_FIELDS))
-    _ensure_table(run, marks_path, mark_schema, replace_tables)
-    marked = run.spark.read.format("delta").load(str(marks_path)).schema
+    _ensure_table(run, marks, mark_schema, replace_tables)
+    marked = run.read(marks).schema
     marked_keys = [n for n in marked.names if n not in (LSN, CHANGE_INDEX, COMMIT_TS)]
     if marked_keys != keys:
         raise DataError(f"{shape.qualified_name}: the primary key changed from "
                         f"{marked_keys} to {keys}; rebuild the table from bronze with "
                         f"`lakehouse silver --rebuild {shape.qualified_name}`")
-    _evolve(run, marks_path, marked,
+    _evolve(run, marks, marked,
             SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
 
     carried = [c.name for c in shape.columns]
@@ -199,34 +213,31 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
                                struct_field(F.col(OLD_KEY), k)).cast(types[k])
                    for k in keys for c in shape.columns if c.name == k]
-        silver = run.spark.read.format("delta").load(str(silver_path))
-        source = fill_from_old_key_rows(source, silver, old_key, keys,
+        source = fill_from_old_key_rows(source, run.read(silver), old_key, keys,
                                         [c for c in value_columns(shape) if c in target.names])
     source = source.select(*(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP,
                                              UNCHANGED]))
-    marks = run.spark.read.format("delta").load(str(marks_path))
-    drop_stale_events(source, marks, keys).createOrReplaceTempView(SOURCE_VIEW)
-    run.spark.sql(silver_merge_sql(delta_path(silver_path), SOURCE_VIEW, keys, final.names,
-                                   carried, floor if floor_moved else None)).collect()
+    drop_stale_events(source, run.read(marks), keys).createOrReplaceTempView(SOURCE_VIEW)
+    run.spark.sql(silver_merge_sql(silver.sql, SOURCE_VIEW, keys, final.names, carried,
+                                   floor if floor_moved else None)).collect()
 
     base.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
         .createOrReplaceTempView(SOURCE_VIEW)
     expire = (newest_commit_micros - run.retention // timedelta(microseconds=1)
               if newest_commit_micros is not None else None)
-    run.spark.sql(tombstone_merge_sql(delta_path(marks_path), SOURCE_VIEW, keys,
+    run.spark.sql(tombstone_merge_sql(marks.sql, SOURCE_VIEW, keys,
                                       floor if floor_moved else None, expire)).collect()
-    run.maintenance.register(run.spark, schema, name, silver_path)
+    run.maintenance.register(run.spark, schema, name, silver)
     if plan.new or plan.widen:
         log.info("silver %s: added columns %s, widened %s", shape.qualified_name,
                  [f.name for f in plan.new], sorted(plan.widen))
     return Applied(floor, tuple(f.name for f in plan.new), tuple(sorted(plan.widen)))
 
 
-def _truncate(run: SilverContext, path: Path, floor: Position) -> None:
-    if run.maintenance.exists(path):
-        run.spark.read.format("delta").load(str(path)).limit(0) \
-            .createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(floor_merge_sql(delta_path(path), SOURCE_VIEW, floor)).collect()
+def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
+    if run.exists(target):
+        run.read(target).limit(0).createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(floor_merge_sql(target.sql, SOURCE_VIEW, floor)).collect()
 
 
 def _staged(run: SilverContext, latest: DataFrame, shape: TableShape) -> DataFrame:
@@ -239,29 +250,30 @@ def _staged(run: SilverContext, latest: DataFrame, shape: TableShape) -> DataFra
     return run.spark.read.schema(latest.schema).parquet(path)
 
 
-def _ensure_table(run: SilverContext, path, schema: StructType, replace_table: bool) -> bool:
+def _ensure_table(run: SilverContext, table: TableRef, schema: StructType,
+                  replace_table: bool) -> bool:
     """Create an empty Delta table (or replace one, for a rebuild); True if created."""
-    if run.maintenance.exists(path) and not replace_table:
+    if not replace_table and run.exists(table):
         return False
+    ensure_schema(run.spark, table)
     writer = run.spark.createDataFrame([], schema).write.format("delta")
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
-    writer.save(str(path))
+    save_table(writer, table)
     return True
 
 
-def _evolve(run: SilverContext, path, target: StructType, plan: SchemaPlan) -> None:
+def _evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
     """Widen columns (rewrite, values unchanged), then add new ones by MERGE WITH SCHEMA
     EVOLUTION of an empty source: the table's own statement on every engine."""
     if plan.widen:
-        current = run.spark.read.format("delta").load(str(path))
-        current.select(*(col(f.name).cast(plan.widen[f.name]).alias(f.name)
-                         if f.name in plan.widen else col(f.name) for f in target.fields)) \
-            .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
-            .save(str(path))
+        widened = run.read(table).select(*(col(f.name).cast(plan.widen[f.name]).alias(f.name)
+                                           if f.name in plan.widen else col(f.name)
+                                           for f in target.fields))
+        save_table(widened.write.format("delta").mode("overwrite")
+                   .option("overwriteSchema", "true"), table)
     if plan.new:
         run.spark.createDataFrame([], plan.final_schema(target)) \
             .createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(f"MERGE WITH SCHEMA EVOLUTION INTO {delta_path(path)} t USING "
-                      f"{SOURCE_VIEW} s ON FALSE WHEN NOT MATCHED THEN INSERT *").collect()
+        run.spark.sql(add_columns_merge_sql(table.sql, SOURCE_VIEW)).collect()
 

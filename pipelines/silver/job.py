@@ -3,7 +3,7 @@
 Scan bronze for what is new per table, apply each table's batch (apply.py), then record
 progress once, after the MERGE statements of all tables. A table that fails with a
 DataError (an unsafe type change, corrupt rows) is reported and keeps its progress;
-the other tables go on.
+the other tables go on. Where each silver table is comes from pipelines.catalog.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Sequence
 
 from pyspark.sql import SparkSession
 
+from pipelines.catalog import TableNames
 from pipelines.config import ALL_TABLES, Config
 from pipelines.errors import ConfigError, DataError
 from pipelines.lake import LakeLayout
@@ -82,6 +83,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     """
     started = time.monotonic()
     layout = LakeLayout(config.lake.path)
+    names = TableNames.from_config(config)
     maintenance = maintenance_for(config, spark)
     maintenance.register_all(spark, layout.root / "silver")
     scope = configured_tables(config, list(tables or []) + list(rebuild) or None)
@@ -106,7 +108,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     if scan.upto is None:
         return SilverRunReport(None, seconds=time.monotonic() - started)
     run = SilverContext(spark, layout, maintenance,
-                        timedelta(hours=config.silver.tombstone_retention_hours), changes)
+                        timedelta(hours=config.silver.tombstone_retention_hours), changes, names)
+    configured = configured_tables(config, None)  # not --table: a clash can span runs
+    clashes = names.silver_clashes(configured if configured is not None
+                                   else [*progress.tables, *scan.tables])
     reports, new_progress = [], {}
     for name in sorted(scan.tables):
         table = scan.tables[name]
@@ -114,6 +119,8 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
             continue
         before = progress.of(name)
         try:
+            if name in clashes:
+                raise DataError(clash_error(name, names, clashes[name]))
             applied = apply_table(run, table, before, scan.upto, scan.newest_commit_micros,
                                   replace_tables=name in rebuild)
         except DataError as exc:
@@ -132,3 +139,9 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     write_progress(spark, progress_path, progress_exists, new_progress,
                    scan.upto if tables is None and not rebuild else None)
     return SilverRunReport(scan.upto, tuple(reports), time.monotonic() - started)
+
+
+def clash_error(table: str, names: TableNames, others: Sequence[str]) -> str:
+    """Why a table that shares its silver table with others is not applied."""
+    return (f"its silver table {names.silver(*table.split('.', 1))} would also hold "
+            f"{', '.join(others)}; leave all but one of them out of source.tables")

@@ -2,9 +2,9 @@
 
 Sail has no Delta maintenance SQL and an in-memory catalog (DESIGN.md portability rules
 1 and 8), so on the local and spark engines delta-rs answers "is there a Delta table at
-this path" and silver tables are registered in the session catalog by path at the start
-of every run; on Databricks Spark answers and the tables are registered once in Unity
-Catalog.
+this path" and silver tables (Delta paths) are registered in the session catalog at the
+start of every run; on Databricks Spark answers, and silver tables need no registering:
+they are Unity Catalog managed tables from the start (pipelines.catalog names them).
 """
 
 from __future__ import annotations
@@ -14,16 +14,11 @@ from typing import Protocol
 
 from pyspark.sql import SparkSession
 
+from pipelines.catalog import TableRef, quote, silver_table_name
 from pipelines.config import Config
-from pipelines.silver.events import quote
 
 CATALOG_DATABASE = "silver"
-
-
-def table_name(schema: str, table: str) -> str:
-    """A silver table's name in a catalog: the table's own name for schema public,
-    else <schema>_<table> (users, sales_orders)."""
-    return table if schema == "public" else f"{schema}_{table}"
+table_name = silver_table_name  # users, sales_orders: the name in a catalog
 
 
 def catalog_name(schema: str, table: str) -> str:
@@ -35,8 +30,8 @@ class Maintenance(Protocol):
     def exists(self, path: Path) -> bool:
         """Whether a Delta table is at `path`."""
 
-    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
-        """Make the silver table of schema.table, at `path`, queryable by name."""
+    def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
+        """Make the silver table of schema.table queryable by name (a catalog table is)."""
 
     def register_all(self, spark: SparkSession, root: Path) -> list[str]:
         """Register every silver table under `root` (<lake>/silver): at session start."""
@@ -53,9 +48,12 @@ class LocalMaintenance:
 
         return DeltaTable.is_deltatable(str(path))
 
-    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
+    def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         # The catalog lives as long as the session: the name may still point at another
         # lake's table (tests, a changed config). Dropping an external table keeps its data.
+        path = silver.path
+        if path is None:
+            return  # a catalog table is queryable by its own name
         name = catalog_name(schema, table)
         if self._registered.get((id(spark), name)) == path:
             return
@@ -73,18 +71,18 @@ class LocalMaintenance:
         for schema_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for table_dir in sorted(p for p in schema_dir.iterdir() if p.is_dir()):
                 if self.exists(table_dir):
-                    self.register(spark, schema_dir.name, table_dir.name, table_dir)
+                    self.register(spark, schema_dir.name, table_dir.name,
+                                  TableRef(path=table_dir))
                     names.append(catalog_name(schema_dir.name, table_dir.name))
         return names
 
 
 class DatabricksMaintenance:
-    """The job cluster's session; silver tables become external Unity Catalog tables
-    <catalog>.<silver_schema>.<name> over their paths (needs an external location)."""
+    """The job cluster's session. Silver tables are Unity Catalog managed tables, created
+    by the silver job under their names: nothing to register."""
 
-    def __init__(self, spark: SparkSession, catalog: str, schema: str) -> None:
+    def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.database = f"{quote(catalog)}.{quote(schema)}"
 
     def exists(self, path: Path) -> bool:
         from pyspark.errors import AnalysisException
@@ -95,19 +93,15 @@ class DatabricksMaintenance:
             return False
         return True
 
-    def register(self, spark: SparkSession, schema: str, table: str, path: Path) -> None:
-        location = str(path).replace("\\", "\\\\").replace("'", "\\'")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {self.database}."
-                  f"{quote(table_name(schema, table))} USING DELTA LOCATION '{location}'")
+    def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
+        return None  # managed tables are queryable by name from their creation
 
     def register_all(self, spark: SparkSession, root: Path) -> list[str]:
-        return []  # Unity Catalog persists: tables are registered when first written
+        return []  # Unity Catalog persists
 
 
 def maintenance_for(config: Config, spark: SparkSession) -> Maintenance:
     """The adapter for `config.engine`."""
     if config.engine == "databricks":
-        return DatabricksMaintenance(spark, config.databricks.catalog,
-                                     config.databricks.silver_schema)
+        return DatabricksMaintenance(spark)
     return LocalMaintenance()
-

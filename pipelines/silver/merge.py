@@ -11,24 +11,22 @@ changes only for an event at a higher position, so replays and re-runs are no-op
 Events older than a key's tombstone are filtered out of the source before the silver
 MERGE (`drop_stale_events`). The silver MERGE runs first: if the job stops between the
 two statements, the re-run sees the old tombstones, decides the same, and finishes.
+
+`target` is a table as Spark SQL names it (TableRef.sql, pipelines.catalog): a Delta path
+on the local engines, a Unity Catalog name on Databricks. Nothing else differs.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.catalog import delta_path  # noqa: F401  (re-exported: pipelines.silver.progress)
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
 from pipelines.silver.watermarks import Position
-
-
-def delta_path(path: Path | str) -> str:
-    """A Delta table by path in Spark SQL: delta.`/lake/silver/public/users`."""
-    return "delta." + quote(str(path))
 
 
 def _newer(source: str = "s", target: str = "t") -> str:
@@ -117,6 +115,13 @@ def floor_merge_sql(target: str, source: str, floor: Position) -> str:
     """Remove the rows at or below a truncate floor (`source`: any empty relation)."""
     return (f"MERGE INTO {target} t USING {source} s ON FALSE\n"
             f"WHEN NOT MATCHED BY SOURCE AND {_at_or_below(floor)} THEN DELETE")
+
+
+def add_columns_merge_sql(target: str, source: str) -> str:
+    """Add the columns of `source` (an empty relation of the table's new schema) that the
+    target lacks: Sail evolves schemas only through MERGE (DESIGN.md, rule 3)."""
+    return (f"MERGE WITH SCHEMA EVOLUTION INTO {target} t USING {source} s ON FALSE "
+            "WHEN NOT MATCHED THEN INSERT *")
 
 
 def _string(value: str) -> str:

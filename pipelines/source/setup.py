@@ -36,8 +36,15 @@ def run_setup(source: SourceConfig) -> SetupReport:
         check_server(conn)
         tables = resolve_tables(conn, source.tables)
         check_keys(conn, tables)
-        created, changed = ensure_publication(conn, source.publication, tables)
-        slot_created, slot_lsn = ensure_slot(conn, source.slot)
+        try:
+            created, changed = ensure_publication(conn, source.publication, tables)
+            slot_created, slot_lsn = ensure_slot(conn, source.slot)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SourceError(
+                f"setup lacks a privilege: {exc.diag.message_primary}. Creating the "
+                "publication needs CREATE on the database and ownership of the tables "
+                "(or superuser); run setup once as such a role, or have a DBA create "
+                f"publication {source.publication!r} and slot {source.slot!r}.") from exc
     return SetupReport(tables, created, changed, slot_created, slot_lsn)
 
 
@@ -86,7 +93,7 @@ def resolve_tables(conn: psycopg.Connection, tables: tuple[str, ...] | str) -> t
 
 def check_keys(conn: psycopg.Connection, tables: tuple[str, ...]) -> None:
     """Every table needs a primary key or a replica identity index to be merged by key."""
-    bad = []
+    bad, full = [], []
     for table in tables:
         identity, has_key = conn.execute(
             "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
@@ -94,6 +101,13 @@ def check_keys(conn: psycopg.Connection, tables: tuple[str, ...]) -> None:
             (_quoted(table),)).fetchone()
         if identity == "n" or not has_key:
             bad.append(table)
+        elif identity == "f":
+            full.append(table)
+    if full:
+        raise SourceError(
+            f"table(s) with REPLICA IDENTITY FULL: {', '.join(full)}. pgoutput then marks "
+            "every column as the key, so changes could not be merged by the primary key. "
+            "Run ALTER TABLE t REPLICA IDENTITY DEFAULT (or USING INDEX idx).")
     if bad:
         names = ", ".join(bad)
         raise SourceError(
@@ -149,8 +163,9 @@ def ensure_slot(conn: psycopg.Connection, slot: str) -> tuple[bool, str]:
         raise SourceError(
             f"replication slot {slot!r} is invalidated (WAL it needed was removed, see "
             "max_slot_wal_keep_size). Changes were lost: drop the slot with "
-            f"SELECT pg_drop_replication_slot('{slot}'); run setup again and re-backfill "
-            "every table (lakehouse backfill --restart).")
+            f"SELECT pg_drop_replication_slot('{slot}'); run setup again, move the lake aside "
+            "and backfill every table into a fresh lake (a re-backfill alone would keep rows "
+            "deleted while the slot was lost). See docs/operations.md.")
     return False, lsn
 
 

@@ -54,6 +54,29 @@ def test_table_without_primary_key_is_refused_naming_table_and_fix(app_dsn):
     assert publication_tables(app_dsn) == set()  # nothing half-created
 
 
+def test_replica_identity_full_is_refused_with_the_fix(app_dsn):
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE users REPLICA IDENTITY FULL")
+    with pytest.raises(SourceError, match="REPLICA IDENTITY FULL: public.users") as info:
+        run_setup(SourceConfig(app_dsn, tables=("public.users",)))
+    assert "REPLICA IDENTITY DEFAULT" in str(info.value)
+
+
+def test_missing_privileges_are_a_source_error_not_a_traceback(app_dsn):
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute("CREATE ROLE cdc_weak LOGIN REPLICATION")
+        conn.execute("GRANT SELECT ON users TO cdc_weak")
+    weak = app_dsn.replace("user=postgres", "user=cdc_weak")
+    try:
+        with pytest.raises(SourceError, match="setup lacks a privilege") as info:
+            run_setup(SourceConfig(weak, tables=("public.users",)))
+        assert info.value.exit_code == 3
+    finally:
+        with psycopg.connect(app_dsn, autocommit=True) as conn:
+            conn.execute("DROP OWNED BY cdc_weak")
+            conn.execute("DROP ROLE cdc_weak")
+
+
 def test_all_tables_refuses_keyless_tables_too(app_dsn):
     with pytest.raises(SourceError, match="public.logs"):
         run_setup(SourceConfig(app_dsn, tables="*"))

@@ -1,0 +1,98 @@
+"""`lakehouse gold` with engine databricks, run on Sail: silver views come from catalog
+tables `<catalog>`.`<silver_schema>`.`<table>`, reports are replaced with saveAsTable in
+`<catalog>`.`<gold_schema>`.`<report>` (the schema is created when missing). The same
+GoldIO runs on Databricks against Unity Catalog; Sail's catalog is called `sail`."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+
+from pipelines.catalog import TableNames, qualified
+from pipelines.cli import main
+from pipelines.config import load_config
+from pipelines.gold.display import format_gold_reports
+from pipelines.gold.io import gold_io_for
+from pipelines.gold.reports import REPORT_NAMES, REPORTS
+
+
+@pytest.fixture
+def sail(spark, engine):
+    if engine != "sail":  # classic and Connect sessions cannot share a process
+        pytest.fail("run this module with --engine sail (the default)")
+    return spark
+
+
+@pytest.fixture
+def config_file(sail, tmp_path, monkeypatch):
+    """A databricks config whose catalog is Sail's own, with fresh schemas."""
+    suffix = uuid.uuid4().hex[:8]
+    path = tmp_path / "lakehouse.yml"
+    path.write_text(yaml.safe_dump({
+        "source": {"dsn": "host=nowhere"}, "lake": {"path": str(tmp_path / "lake")},
+        "engine": "databricks",
+        "databricks": {"catalog": sail.catalog.currentCatalog(),
+                       "silver_schema": f"silver_{suffix}", "gold_schema": f"gold-{suffix}"}}))
+    monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
+    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: sail)
+    return path
+
+
+def write_silver_tables(spark, make_silver_frame, names: TableNames, tables) -> None:
+    for table in tables:
+        target = names.silver("public", table)
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {qualified(target.namespace)}")
+        make_silver_frame(table).write.format("delta").saveAsTable(target.sql)
+
+
+def test_gold_verb_reads_and_writes_catalog_tables(sail, make_silver_frame, silver_rows,
+                                                   expected_reports, config_file, capsys):
+    config = load_config(config_file, environ={})
+    names = TableNames.from_config(config)
+    write_silver_tables(sail, make_silver_frame, names, silver_rows)
+    gold_schema = qualified(names.gold("x").namespace)
+    assert not sail.catalog.databaseExists(gold_schema)
+
+    assert main(["--config", str(config_file), "gold"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == list(REPORT_NAMES)
+    for line, name in zip(lines, REPORT_NAMES):
+        assert line.endswith(f" -> {config.databricks.catalog}.`{config.databricks.gold_schema}`."
+                             f"{name}")
+        spec = REPORTS[name]
+        gold = sail.table(names.gold(name).sql)
+        declared = ",".join(f"{column}:{type_}" for column, type_ in spec.columns)
+        assert gold.schema.simpleString() == f"struct<{declared}>"
+        assert_df_equality(gold, sail.createDataFrame(expected_reports[name], spec.ddl),
+                           ignore_row_order=True, ignore_nullable=True)
+    assert not (config.lake.path / "gold").exists()
+
+    before = {n: sorted(tuple(r) for r in sail.table(names.gold(n).sql).collect())
+              for n in REPORT_NAMES}
+    assert main(["--config", str(config_file), "gold"]) == 0  # replaced, same rows
+    assert {n: sorted(tuple(r) for r in sail.table(names.gold(n).sql).collect())
+            for n in REPORT_NAMES} == before
+    shown = format_gold_reports(sail, None, ["active_users_per_day"], limit=1,
+                                io=gold_io_for(config, sail))
+    assert shown.splitlines()[1:4] == ["day         active_users", "----------  ------------",
+                                       "2027-01-04             1"]
+
+
+def test_missing_catalog_silver_tables_are_named_and_skipped(sail, make_silver_frame,
+                                                             config_file, capsys):
+    config = load_config(config_file, environ={})
+    names = TableNames.from_config(config)
+    write_silver_tables(sail, make_silver_frame, names, ["time_entries", "users"])
+
+    assert main(["--config", str(config_file), "gold", "--report", "hours_per_project_per_day",
+                 "active_users_per_day"]) == 2
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    silver = f"{config.databricks.catalog}.{config.databricks.silver_schema}"
+    assert lines["hours_per_project_per_day"] == (
+        f"skipped, silver table(s) not found: {silver}.projects, {silver}.clients "
+        "(run `lakehouse silver` first)")
+    assert lines["active_users_per_day"].startswith("11 rows in ")
+    assert not sail.catalog.tableExists(names.gold("hours_per_project_per_day").sql)
