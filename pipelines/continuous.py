@@ -19,6 +19,7 @@ from typing import IO, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import LakehouseError
+from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
 from pipelines.lake import LakeLayout
 from pipelines.silver.job import run_silver
@@ -78,7 +79,7 @@ def apply_once(config: Config, spark, layout: LakeLayout) -> None:
     for failed in silver.failed:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
-        gold = run_gold(spark, layout)
+        gold = run_gold(spark, layout, io=gold_io_for(config, spark))
         log.info("silver applied %d table(s) in %.1f s; gold %d report(s) in %.1f s",
                  len(changed), silver.seconds, len(gold.written), gold.seconds)
 

@@ -117,7 +117,7 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
                      f"WAL retained {_bytes(slot.retained_wal_bytes)} ({slot.wal_status})")
         if slot.wal_status == "lost":
             lines.append("  the slot is invalidated: changes were lost; see "
-                         "docs/operations.md (recovering from a lost slot)")
+                         "docs/operations.md, 'Lost or invalidated slot'")
     if lake.bronze_commit_at is None:
         lines.append("bronze: empty (run lakehouse ingest)")
     else:
