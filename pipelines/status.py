@@ -100,7 +100,9 @@ def print_status(config: Config, as_json: bool) -> int:
                          indent=2, default=str))
     else:
         print("\n".join(status_lines(config, slot, source_error, lake, backfills)))
-    return source_error.exit_code if source_error else 0
+    if source_error:
+        return source_error.exit_code
+    return SourceError.exit_code if slot and slot.wal_status == "lost" else 0
 
 
 def status_lines(config: Config, slot: SlotStatus | None, source_error: Exception | None,
