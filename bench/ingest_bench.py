@@ -4,12 +4,17 @@ Both consumers drain an identical slot (created at the same WAL position) over T
 localhost: pg_recvlogical writes pgoutput to /dev/null (the physical limit of reading
 the slot); `lakehouse ingest --until-lsn` decodes, assembles and commits to bronze.
 
+Rates depend on what else the machine runs (the server's walsender needs a core too):
+the table shows the ingest's CPU seconds, and the load average is printed per workload.
+
     python -m bench.ingest_bench [--changes 1000000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -61,16 +66,29 @@ def run(name: str, changes: int) -> list[str]:
         config.write_text(yaml.safe_dump({
             "source": {"dsn": dsn, "tables": ["public.bench"]},
             "lake": {"path": str(Path(work) / "lake")}}))
+        before = _children_cpu_seconds()
         ingest = timed([sys.executable, "-m", "pipelines.cli", "-q", "--config", str(config),
                         "ingest", "--until-lsn", end])
+        ingest_cpu = _children_cpu_seconds() - before
         startup = timed([sys.executable, "-c", "import pipelines.ingest.run, deltalake"])
         assert recv.returncode == 0 and ingest.returncode == 0
         recv_rate = changes / recv.seconds
         ingest_rate = changes / ingest.seconds
         steady = changes / max(ingest.seconds - startup.seconds, 1e-9)
+        print(f"{name}: load average {_load()} after the runs", file=sys.stderr)
         return [name, f"{changes:,}", f"{recv_rate:,.0f}", f"{recv.peak_rss_mb:.0f}",
                 f"{ingest_rate:,.0f}", f"{steady:,.0f}", f"{ingest_rate / recv_rate:.2f}x",
-                f"{ingest.peak_rss_mb:.0f}"]
+                f"{ingest.peak_rss_mb:.0f}", f"{ingest_cpu:.1f}"]
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU of the children waited for so far (timed() waits for its child)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main() -> None:
@@ -79,7 +97,8 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     args = parser.parse_args()
     rows = [["workload", "changes", "recvlogical/s", "recv MB", "ingest/s",
-             "ingest/s excl. start-up", "ratio", "ingest peak MB"]]
+             "ingest/s excl. start-up", "ratio", "ingest peak MB", "ingest CPU s"]]
+    print(f"load average {_load()} at the start ({os.cpu_count()} CPUs)", file=sys.stderr)
     for name in WORKLOADS:
         rows.append(run(name, args.changes))
     print(table(rows))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Mapping
 
 from pipelines.errors import DataError
 from pipelines.ingest.pgoutput import Relation, Type
@@ -77,6 +78,11 @@ class RelationCache:
         )
         self._tables[message.relation_id] = info
         return info
+
+    @property
+    def by_id(self) -> Mapping[int, TableInfo]:
+        """relation id -> TableInfo, read-only (the fast path looks tables up here)."""
+        return self._tables
 
     def get(self, relation_id: int) -> TableInfo:
         try:

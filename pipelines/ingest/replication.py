@@ -72,11 +72,12 @@ class ReplicationStream:
         """
         conn = self._conn
         frames: list[bytes] = []
+        get_copy_data, append = conn.get_copy_data, frames.append  # once, not per frame
         deadline = time.monotonic() + timeout
         while len(frames) < max_frames:
-            size, data = conn.get_copy_data(1)
+            size, data = get_copy_data(1)
             if size > 0:
-                frames.append(data)
+                append(data)
                 continue
             if size == -1:
                 result = conn.get_result()

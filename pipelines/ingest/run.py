@@ -1,9 +1,10 @@
 """The ingest loop: replication frames -> decoder -> assembler -> bronze -> confirm.
 
-Confirmation follows durability: after each bronze commit the slot is told the end LSN
-of the last whole transaction in bronze, and nothing else. When every change received
-has landed and the server reports newer WAL (changes only in unpublished tables, or
-none), that position is confirmed too, so the slot never pins WAL for nothing.
+Confirmation follows durability: once a bronze commit has finished (they run in the
+background, see bronze_writer.py) the slot is told the end LSN of the last whole
+transaction in bronze, and nothing else. When every change received has landed and the
+server reports newer WAL (changes only in unpublished tables, or none), that position is
+confirmed too, so the slot never pins WAL for nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
 from pipelines.ingest.bronze_writer import BronzeWriter
 from pipelines.ingest.lsn import format_lsn
-from pipelines.ingest.pgoutput import decode_message
 from pipelines.ingest.replication import ConnectionLost, ReplicationStream
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
@@ -61,21 +61,33 @@ class StopRequested:
 
 def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> IngestReport:
     """Stream until stopped (or idle / past an LSN), reconnecting with backoff."""
-    writer = BronzeWriter(LakeLayout(config.lake.path).bronze_changes, config.source.slot)
-    assembler = ChangeAssembler(writer, config.ingest.spill_rows)
     started = time.monotonic()
+    writer = BronzeWriter(LakeLayout(config.lake.path).bronze_changes, config.source.slot)
+    try:
+        assembler = _connect_and_stream(writer, config, options, stop)
+    except BaseException:
+        writer.close(raise_failure=False)  # the error being raised says more
+        raise
+    writer.close()  # waits for commits in flight
+    return IngestReport(assembler.transactions, assembler.changes, writer.durable.end_lsn,
+                        time.monotonic() - started)
+
+
+def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOptions,
+                        stop: StopRequested) -> ChangeAssembler:
+    assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
     backoff = 1.0
     ever_connected = False
     while True:
         try:
             stream = ReplicationStream(config.source.dsn, config.source.slot,
-                                       config.source.publication, writer.progress.end_lsn)
+                                       config.source.publication, writer.durable.end_lsn)
         except SourceError:
             if not ever_connected:
                 raise  # a wrong DSN or missing slot should fail fast, not retry forever
             log.warning("reconnect failed; retrying in %.0f s", backoff, exc_info=False)
             if stop.event.wait(backoff):
-                break
+                return assembler
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             continue
         ever_connected, backoff = True, 1.0
@@ -89,8 +101,7 @@ def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> I
             stream.close()
         if done:
             break
-    return IngestReport(assembler.transactions, assembler.changes, writer.progress.end_lsn,
-                        time.monotonic() - started)
+    return assembler
 
 
 def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAssembler,
@@ -99,19 +110,17 @@ def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAs
     settings = config.ingest
     progress = _ProgressLog(settings.status_interval_seconds)
     last_activity = time.monotonic()
-    stream.confirm(writer.progress.end_lsn)
+    stream.confirm(writer.durable.end_lsn)
+    feed = assembler.feed_bytes
     while not stop:
         frames = stream.read(POLL_SECONDS)
         for frame in frames:  # the hot loop: keep per-frame work minimal
             if frame[0] == XLOGDATA:
                 try:
-                    assembler.feed(decode_message(frame[XLOGDATA_HEADER_SIZE:],
-                                                  in_stream=assembler.in_stream))
+                    feed(bytes(frame), XLOGDATA_HEADER_SIZE)  # one copy: bytes index faster
                 except DataError as exc:
                     _land_and_confirm(stream, writer)
                     raise _corrupt(frame, exc) from exc
-                if writer.buffered_rows >= settings.batch_rows:
-                    _land_and_confirm(stream, writer, complete_only=False)
             else:
                 keepalive = decode_frame(frame)
                 stream.server_wal_end = max(stream.server_wal_end, keepalive.wal_end)
@@ -122,13 +131,19 @@ def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAs
             stream.server_wal_end = max(stream.server_wal_end,
                                         xlogdata_positions(frames[-1])[1])
 
-        if writer.complete_rows and writer.oldest_row_age >= settings.batch_seconds:
-            _land_and_confirm(stream, writer)
-        if not frames or stream.seconds_since_status() >= settings.status_interval_seconds:
+        # Checked per read, not per frame: a commit may exceed batch_rows by one read's
+        # worth of changes (ReplicationStream.read's max_frames).
+        if writer.buffered_rows >= settings.batch_rows:
+            writer.land(complete_only=False)
+        elif writer.complete_rows and (writer.oldest_row_age >= settings.batch_seconds or (
+                options.until_lsn is not None and not frames)):  # batch mode, caught up
+            writer.land()
+        if (writer.durable.end_lsn > stream.confirmed or not frames
+                or stream.seconds_since_status() >= settings.status_interval_seconds):
             stream.confirm(_confirmable(stream, writer, assembler))
         progress.maybe_log(assembler, stream, writer)
 
-        if options.until_lsn is not None and assembler.idle and not writer.buffered_rows \
+        if options.until_lsn is not None and assembler.idle and writer.idle \
                 and stream.confirmed >= options.until_lsn:
             return True
         if options.until_idle is not None and not frames and assembler.idle \
@@ -137,7 +152,7 @@ def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAs
             stream.confirm(_confirmable(stream, writer, assembler))
             return True
     _land_and_confirm(stream, writer)  # stop requested: keep whole transactions only
-    log.info("stopped: bronze holds everything up to %s", format_lsn(writer.progress.end_lsn))
+    log.info("stopped: bronze holds everything up to %s", format_lsn(writer.durable.end_lsn))
     return True
 
 
@@ -149,18 +164,18 @@ def _corrupt(frame: bytes, exc: DataError) -> DataError:
                      f"{_hexdump(payload)}")
 
 
-def _land_and_confirm(stream: ReplicationStream, writer: BronzeWriter,
-                      complete_only: bool = True) -> None:
-    progress = writer.flush(complete_only)
-    stream.confirm(progress.end_lsn)
+def _land_and_confirm(stream: ReplicationStream, writer: BronzeWriter) -> None:
+    """Commit whole transactions now, wait for it, and confirm what bronze holds."""
+    stream.confirm(writer.flush(complete_only=True).end_lsn)
 
 
 def _confirmable(stream: ReplicationStream, writer: BronzeWriter,
                  assembler: ChangeAssembler) -> int:
     """What may be confirmed now: bronze's progress, or the server's WAL end when idle."""
-    if assembler.idle and writer.buffered_rows == 0:
-        return max(writer.progress.end_lsn, stream.server_wal_end)
-    return writer.progress.end_lsn
+    durable = writer.durable.end_lsn
+    if assembler.idle and writer.idle:  # nothing received is buffered or committing
+        return max(durable, stream.server_wal_end)
+    return durable
 
 
 class _ProgressLog:
@@ -180,7 +195,7 @@ class _ProgressLog:
         lag = (time.time() - assembler.last_commit_ts / 1e6) if assembler.last_commit_ts else 0
         log.info("%.0f changes/s, %d transactions, bronze at %s (newest commit %.1f s old), "
                  "slot lag %d bytes", rate, assembler.transactions,
-                 format_lsn(writer.progress.end_lsn), lag,
+                 format_lsn(writer.durable.end_lsn), lag,
                  max(0, stream.server_wal_end - stream.confirmed))
         self.last, self.last_changes = now, assembler.changes
 

@@ -1,29 +1,37 @@
-"""Transaction assembly: decoded pgoutput messages -> bronze rows with positions.
+"""Transaction assembly: pgoutput messages -> bronze rows with positions.
 
 A row's position is (commit LSN of its transaction, 0-based index of the row in it).
 Plain transactions know their commit LSN at Begin (final_lsn), so their rows go straight
 to the writer. Streamed transactions (protocol v2) arrive in pieces, interleaved, before
-their commit LSN is known: they are buffered per transaction and spilled to a temp file
-past `spill_rows`, so memory stays bounded whatever the transaction size. An aborted
+their commit LSN is known: they are kept per transaction (streamed.py, in Arrow on disk
+past `spill_rows`), so memory stays bounded whatever the transaction size. An aborted
 stream (or subtransaction) is discarded; a committed one lands with its final positions.
+
+Insert, Update and Delete take the fast path (fastpath.py) from bytes straight to a
+bronze record (records.py); every other message, and any the fast path declines, goes
+through the reference decoder (pgoutput.py) and `records_of`.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
-import tempfile
-from dataclasses import dataclass, field
-from typing import IO, Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+import pyarrow as pa
 
 from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
 from pipelines.errors import DataError
 from pipelines.ingest.bronze_writer import BronzeWriter
+from pipelines.ingest.fastpath import (BEGIN, COMMIT, ROW_MESSAGE_TYPES, decode_begin,
+                                       decode_commit, decode_row_change)
 from pipelines.ingest.pgoutput import (
     NULL, Begin, Commit, Delete, Insert, LogicalMessage, Origin, PgOutputMessage, Relation,
     StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate, TupleData, Type, Update,
-    UNCHANGED_TOAST, timestamp_to_pg)
+    UNCHANGED_TOAST, decode_message, timestamp_to_pg)
+from pipelines.ingest.records import Record, change_record, message_record, truncate_record
 from pipelines.ingest.relations import RelationCache, TableInfo
+from pipelines.ingest.streamed import StreamedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +42,14 @@ def unix_micros(moment) -> int:
     return timestamp_to_pg(moment) + _PG_TO_UNIX_MICROS
 
 
-def text_values(row: TupleData, table: TableInfo) -> tuple[TupleData | list[str | None], tuple[str, ...]]:
-    """Tuple data as text values (None for NULL and unchanged TOAST) + unchanged columns."""
+def text_values(row: TupleData, table: TableInfo) -> tuple[list[str | None], tuple[str, ...]]:
+    """Tuple data as text values (None for NULL and unchanged TOAST) + unchanged columns.
+
+    The reference path: the hot path has fastpath.decode_row_change.
+    """
     if len(row) != len(table.columns):
         raise DataError(f"{table.schema}.{table.table}: tuple has {len(row)} columns, its "
                         f"Relation message {len(table.columns)}")
-    if NULL not in row and UNCHANGED_TOAST not in row:  # the common case: all text
-        return row, ()
     values: list[str | None] = []
     unchanged: list[str] = []
     for name, value in zip(table.columns, row):
@@ -57,76 +66,54 @@ def text_values(row: TupleData, table: TableInfo) -> tuple[TupleData | list[str 
     return values, tuple(unchanged)
 
 
+def records_of(message: Insert | Update | Delete | Truncate,
+               relations: RelationCache) -> list[Record]:
+    """A decoded data message as bronze records (a TRUNCATE: one per table).
+
+    The reference for fastpath.decode_row_change, which must return the same record.
+    """
+    if isinstance(message, Truncate):
+        return [truncate_record(relations.get(relation_id), message.cascade,
+                                message.restart_identity)
+                for relation_id in message.relation_ids]
+    table = relations.get(message.relation_id)
+    if isinstance(message, Insert):
+        values, unchanged = text_values(message.new, table)
+        return [change_record(OP_INSERT, table, values, unchanged)]
+    if isinstance(message, Update):
+        values, unchanged = text_values(message.new, table)
+        old = text_values(message.old, table)[0] if message.old is not None else None
+        return [change_record(OP_UPDATE, table, values, unchanged, message.old_kind, old)]
+    old = text_values(message.old, table)[0]  # Delete: only the old key (or row) is sent
+    return [change_record(OP_DELETE, table, (None,) * len(table.columns), (),
+                          message.old_kind, old)]
+
+
 @dataclass
 class _OpenTransaction:
     commit_lsn: int
     xid: int
     commit_ts: int
-    next_index: int = 0
-
-
-@dataclass
-class _StreamedTransaction:
-    """Changes of one streamed transaction, in arrival (WAL) order, partly on disk."""
-
-    spill_rows: int
-    tables: list[TableInfo] = field(default_factory=list)
-    rows: list[tuple] = field(default_factory=list)  # (subxid, table index, message)
-    aborted_subxids: set[int] = field(default_factory=set)
-    spill: IO[bytes] | None = None
-    spilled_rows: int = 0
-
-    def add(self, subxid: int, table: TableInfo | None, message: PgOutputMessage) -> None:
-        index = -1
-        if table is not None:
-            if not self.tables or self.tables[-1] is not table:
-                self.tables.append(table)
-            index = len(self.tables) - 1
-        self.rows.append((subxid, index, message))
-        if len(self.rows) >= self.spill_rows:
-            if self.spill is None:
-                self.spill = tempfile.TemporaryFile(prefix="lakehouse-stream-")
-            pickle.dump(self.rows, self.spill, protocol=pickle.HIGHEST_PROTOCOL)
-            self.spilled_rows += len(self.rows)
-            self.rows = []
-
-    def replay(self) -> Iterator[tuple[TableInfo | None, PgOutputMessage]]:
-        """Committed changes in order, without those of aborted subtransactions."""
-        if self.spill is not None:
-            self.spill.seek(0)
-            while self.spill.tell() < self.spill_end():
-                yield from self._visible(pickle.load(self.spill))
-        yield from self._visible(self.rows)
-
-    def spill_end(self) -> int:
-        position = self.spill.tell()
-        end = self.spill.seek(0, 2)
-        self.spill.seek(position)
-        return end
-
-    def _visible(self, rows: list[tuple]) -> Iterator[tuple[TableInfo | None, PgOutputMessage]]:
-        for subxid, index, message in rows:
-            if subxid not in self.aborted_subxids:
-                yield (self.tables[index] if index >= 0 else None), message
-
-    def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
+    first_new: int  # changes below this index are in bronze already (a replay)
 
 
 class ChangeAssembler:
-    """Feeds decoded messages into the bronze writer with positions assigned."""
+    """Feeds pgoutput messages into the bronze writer with positions assigned."""
 
-    def __init__(self, writer: BronzeWriter, spill_rows: int) -> None:
+    def __init__(self, writer: BronzeWriter, spill_rows: int, batch_rows: int = 50_000) -> None:
         self.writer = writer
         self.spill_rows = spill_rows
+        self.batch_rows = batch_rows  # a streamed transaction lands in commits of this size
         self.relations = RelationCache()
+        self._tables = self.relations.by_id  # relation id -> TableInfo, for the fast path
         self.in_stream = False  # inside Stream Start/Stop: data messages carry an xid
         self._open: _OpenTransaction | None = None
-        self._streams: dict[int, _StreamedTransaction] = {}
+        self._skip = 0  # changes of the open transaction still to skip: bronze has them
+        self._append = writer.append
+        self._streams: dict[int, StreamedTransaction] = {}
         self._stream_xid: int | None = None
         self.transactions = 0
-        self.changes = 0
+        self._changes = 0  # of finished transactions
         self.last_commit_ts = 0  # Unix micros of the newest commit seen
         self._handlers = {
             Begin: self._begin, Commit: self._commit, Relation: self._relation,
@@ -142,7 +129,45 @@ class ChangeAssembler:
         """No transaction open or streaming: everything received has been handed over."""
         return self._open is None and not self._streams
 
+    @property
+    def changes(self) -> int:
+        """Changes handed to bronze by this run (not replays of changes bronze has)."""
+        txn = self._open
+        return self._changes + (self.writer.next_index - txn.first_new if txn else 0)
+
+    def feed_bytes(self, buf: bytes, pos: int) -> None:
+        """Process the pgoutput message at buf[pos:] (the rest of buf).
+
+        The hot path of the ingest: data messages inside a transaction, Begin and Commit
+        go through the fast decoder; the rest, and whatever it declines, through
+        decode_message.
+        """
+        try:
+            kind = buf[pos]
+        except IndexError:  # an empty message: decode_message says so
+            kind = None
+        if kind in ROW_MESSAGE_TYPES and (self.in_stream or self._open is not None):
+            decoded = decode_row_change(buf, pos, self.in_stream, self._tables)
+            if decoded is not None:
+                if self.in_stream:
+                    self._streams[self._stream_xid].add(*decoded)
+                elif self._skip:  # _land, inlined: one call less per change
+                    self._skip -= 1
+                else:
+                    self._append(decoded[1])
+                return
+        elif kind == BEGIN:
+            begin = decode_begin(buf, pos)
+            if begin is not None:
+                return self._begin_transaction(*begin)
+        elif kind == COMMIT:
+            commit = decode_commit(buf, pos)
+            if commit is not None:
+                return self._end_transaction(*commit)
+        self.feed(decode_message(buf[pos:], in_stream=self.in_stream))
+
     def feed(self, message: PgOutputMessage) -> None:
+        """Process one decoded message (the reference path)."""
         self._handlers[type(message)](message)
 
     def reset(self) -> None:
@@ -151,27 +176,55 @@ class ChangeAssembler:
             stream.close()
         self._streams.clear()
         self._open = None
+        self._skip = 0
         self._stream_xid = None
         self.in_stream = False
         self.writer.discard_incomplete()
 
+    # -- changes ----------------------------------------------------------------------
+
+    def _change(self, message: Insert | Update | Delete | Truncate) -> None:
+        """A data message from the reference decoder."""
+        if not self.in_stream:
+            self._require_open(message)
+        for record in records_of(message, self.relations):
+            if self.in_stream:
+                self._streams[self._stream_xid].add(message.xid, record)
+            else:
+                self._land(record)
+
+    def _land(self, record: Record) -> None:
+        """Hand one record of the open plain transaction to the writer (unless a replay)."""
+        if self._skip:
+            self._skip -= 1
+        else:
+            self._append(record)
+
     # -- plain transactions -----------------------------------------------------------
 
     def _begin(self, message: Begin) -> None:
+        self._begin_transaction(message.final_lsn, message.xid, unix_micros(message.commit_ts))
+
+    def _begin_transaction(self, commit_lsn: int, xid: int, commit_ts: int) -> None:
         if self._open is not None:
-            raise DataError(f"Begin of xid {message.xid} inside open xid {self._open.xid}")
-        self._open = _OpenTransaction(message.final_lsn, message.xid,
-                                      unix_micros(message.commit_ts))
+            raise DataError(f"Begin of xid {xid} inside open xid {self._open.xid}")
+        txn = _OpenTransaction(commit_lsn, xid, commit_ts,
+                               self.writer.first_new_index(commit_lsn))
+        self._open, self._skip = txn, txn.first_new
+        self.writer.begin(commit_lsn, txn.first_new, xid, commit_ts)
 
     def _commit(self, message: Commit) -> None:
+        self._end_transaction(message.commit_lsn, message.end_lsn)
+
+    def _end_transaction(self, commit_lsn: int, end_lsn: int) -> None:
         txn = self._open
-        if txn is None or txn.commit_lsn != message.commit_lsn:
-            raise DataError(f"Commit at {message.commit_lsn:X} does not match the open "
-                            "transaction")
+        if txn is None or txn.commit_lsn != commit_lsn:
+            raise DataError(f"Commit at {commit_lsn:X} does not match the open transaction")
+        self._changes = self.changes
         self._open = None
         self.transactions += 1
         self.last_commit_ts = txn.commit_ts
-        self.writer.end_unit(message.end_lsn)
+        self.writer.end_unit(end_lsn)
 
     def _relation(self, message: Relation) -> None:
         self.relations.add_relation(message)
@@ -180,65 +233,26 @@ class ChangeAssembler:
         log.debug("origin %s (replicated from elsewhere): recorded as ordinary changes",
                   message.name)
 
-    def _change(self, message: PgOutputMessage) -> None:
-        if self.in_stream:
-            self._stream_add(message)
-            return
-        txn = self._require_open(message)
-        table = None if isinstance(message, Truncate) else self.relations.get(message.relation_id)
-        txn.next_index = self._land(txn.commit_lsn, txn.next_index, txn.xid, txn.commit_ts,
-                                    table, message)
-
     def _message(self, message: LogicalMessage) -> None:
+        record = message_record(message.prefix, message.content, message.transactional)
         if not message.transactional:  # sent at once, outside any transaction
-            self._land(message.lsn, 0, None, None, None, message)
+            if self._open is not None:  # the server decodes these between transactions
+                raise DataError(f"non-transactional message inside open xid {self._open.xid}")
+            if not self.writer.landed(message.lsn, 0):
+                self.writer.begin(message.lsn, 0, None, None)
+                self._append(record)
+                self._changes += 1
             self.writer.end_unit(None)
-            return
-        if self.in_stream:
-            self._stream_add(message)
-            return
-        txn = self._require_open(message)
-        txn.next_index = self._land(txn.commit_lsn, txn.next_index, txn.xid, txn.commit_ts,
-                                    None, message)
+        elif self.in_stream:
+            self._streams[self._stream_xid].add(message.xid, record)
+        else:
+            self._require_open(message)
+            self._land(record)
 
     def _require_open(self, message: PgOutputMessage) -> _OpenTransaction:
         if self._open is None:
             raise DataError(f"{type(message).__name__} outside a transaction")
         return self._open
-
-    def _land(self, commit_lsn: int, index: int, xid: int | None, commit_ts: int | None,
-              table: TableInfo | None, message: PgOutputMessage) -> int:
-        """Hand one message's rows to the writer at `index`; returns the next index."""
-        writer = self.writer
-        if isinstance(message, Truncate):
-            for relation_id in message.relation_ids:
-                if not writer.landed(commit_lsn, index):
-                    writer.add_truncate(commit_lsn, index, xid, commit_ts,
-                                        self.relations.get(relation_id), message.cascade,
-                                        message.restart_identity)
-                index += 1
-            self.changes += len(message.relation_ids)
-            return index
-        self.changes += 1
-        if writer.landed(commit_lsn, index):
-            return index + 1
-        if isinstance(message, LogicalMessage):
-            writer.add_message(commit_lsn, index, xid, commit_ts, message.prefix,
-                               message.content, message.transactional)
-        elif isinstance(message, Insert):
-            values, unchanged = text_values(message.new, table)
-            writer.add_change(commit_lsn, index, xid, commit_ts, OP_INSERT, table, values,
-                              unchanged)
-        elif isinstance(message, Update):
-            values, unchanged = text_values(message.new, table)
-            old = text_values(message.old, table)[0] if message.old is not None else None
-            writer.add_change(commit_lsn, index, xid, commit_ts, OP_UPDATE, table, values,
-                              unchanged, message.old_kind, old)
-        else:  # Delete: only the old key (or old row) is sent
-            old = text_values(message.old, table)[0]
-            writer.add_change(commit_lsn, index, xid, commit_ts, OP_DELETE, table,
-                              [None] * len(table.columns), [], message.old_kind, old)
-        return index + 1
 
     # -- streamed transactions (protocol v2) ------------------------------------------
 
@@ -246,35 +260,56 @@ class ChangeAssembler:
         self.in_stream = True
         self._stream_xid = message.xid
         if message.xid not in self._streams:
-            self._streams[message.xid] = _StreamedTransaction(self.spill_rows)
+            self._streams[message.xid] = StreamedTransaction(self.spill_rows)
 
     def _stream_stop(self, message: StreamStop) -> None:
         self.in_stream = False
         self._stream_xid = None
 
-    def _stream_add(self, message: PgOutputMessage) -> None:
-        stream = self._streams[self._stream_xid]
-        table = None
-        if isinstance(message, (Insert, Update, Delete)):
-            table = self.relations.get(message.relation_id)
-        stream.add(message.xid, table, message)
-
     def _stream_commit(self, message: StreamCommit) -> None:
+        """Land a streamed transaction: its spilled Arrow batches, then its last records."""
         stream = self._streams.pop(message.xid, None)
         if stream is None:
             raise DataError(f"Stream Commit of unknown xid {message.xid}")
-        ts = unix_micros(message.commit_ts)
-        index = 0
+        lsn, xid, ts = message.commit_lsn, message.xid, unix_micros(message.commit_ts)
+        first_new = self.writer.first_new_index(lsn)  # a replay skips what bronze holds
         try:
-            for table, change in stream.replay():
-                index = self._land(message.commit_lsn, index, message.xid, ts, table, change)
-                if self.writer.buffered_rows >= self.spill_rows:
-                    self.writer.flush(complete_only=False)  # bounded memory for huge txns
+            tail = stream.unspilled()
+            index = self._land_spilled(stream, lsn, xid, ts, first_new,
+                                       ends_transaction=not tail, end_lsn=message.end_lsn)
+            self.writer.begin(lsn, max(first_new, index), xid, ts)
+            for record in islice(tail, max(first_new - index, 0), None):
+                self._append(record)
+                if self.writer.buffered_rows >= self.batch_rows:
+                    self.writer.land(complete_only=False)  # bounded memory for huge txns
+            index += len(tail)
         finally:
             stream.close()
+        self._changes += max(index - first_new, 0)
         self.transactions += 1
         self.last_commit_ts = ts
         self.writer.end_unit(message.end_lsn)
+
+    def _land_spilled(self, stream: StreamedTransaction, lsn: int, xid: int, ts: int,
+                      first_new: int, ends_transaction: bool, end_lsn: int) -> int:
+        """Land the spilled changes from index `first_new` on, in commits of about
+        batch_rows; returns how many changes were spilled (the tail's first index)."""
+        index = 0  # change index of the next spilled change
+        pending: list[pa.RecordBatch] = []  # changes from index `start` on, to land
+        pending_rows, start = 0, first_new
+        for block in stream.spilled():
+            skip = max(first_new - index, 0)
+            if skip < block.num_rows:
+                if pending_rows >= self.batch_rows:  # land before adding: the last lands below
+                    self.writer.land_arrow(pending, lsn, start, xid, ts)
+                    pending, pending_rows, start = [], 0, index
+                pending.append(block.slice(skip))
+                pending_rows += block.num_rows - skip
+            index += block.num_rows
+        if pending:
+            self.writer.land_arrow(pending, lsn, start, xid, ts,
+                                   end_lsn if ends_transaction else None)
+        return index
 
     def _stream_abort(self, message: StreamAbort) -> None:
         stream = self._streams.get(message.xid)

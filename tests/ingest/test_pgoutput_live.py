@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.ingest.pgoutput import (
     NULL, UNCHANGED_TOAST, Begin, Commit, Delete, Insert, LogicalMessage, Relation,
-    StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate, Type, Update,
+    StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate, Type,
     decode_message)
 
 pytestmark = pytest.mark.postgres
