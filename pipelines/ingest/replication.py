@@ -21,6 +21,10 @@ from pipelines.source.text_format import with_text_format
 log = logging.getLogger(__name__)
 
 
+class SlotUnusable(SourceError):
+    """The slot is missing or invalidated: reconnecting cannot help, stop (exit 3)."""
+
+
 class ConnectionLost(Exception):
     """The replication connection broke; reconnecting may help."""
 
@@ -59,7 +63,12 @@ class ReplicationStream:
                 raise SourceError(f"{message}: another ingest is streaming from slot "
                                   f"{self.slot!r}. Stop it, or configure another slot.")
             if "does not exist" in message:
-                raise SourceError(f"{message}. Run `lakehouse setup` first.")
+                raise SlotUnusable(f"{message}. Run `lakehouse setup` first (if the slot was "
+                                   "dropped, changes since were lost: see docs/operations.md, "
+                                   "'Lost or invalidated slot').")
+            if "invalidated" in message or "can no longer get changes" in message:
+                raise SlotUnusable(f"{message}. Changes were lost: see docs/operations.md, "
+                                   "'Lost or invalidated slot'.")
             raise SourceError(f"START_REPLICATION failed: {message}")
         log.info("streaming slot %s from %s (pgoutput v%d)", self.slot, format_lsn(start_lsn),
                  self.protocol_version)

@@ -19,7 +19,7 @@ from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
 from pipelines.ingest.bronze_writer import BronzeWriter
 from pipelines.ingest.lsn import format_lsn
-from pipelines.ingest.replication import ConnectionLost, ReplicationStream
+from pipelines.ingest.replication import ConnectionLost, ReplicationStream, SlotUnusable
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
                                    xlogdata_positions)
@@ -82,10 +82,12 @@ def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOpt
         try:
             stream = ReplicationStream(config.source.dsn, config.source.slot,
                                        config.source.publication, writer.durable.end_lsn)
-        except SourceError:
+        except SlotUnusable:
+            raise  # dropped or invalidated while we ran: retrying would look healthy forever
+        except SourceError as exc:
             if not ever_connected:
-                raise  # a wrong DSN or missing slot should fail fast, not retry forever
-            log.warning("reconnect failed; retrying in %.0f s", backoff, exc_info=False)
+                raise  # a wrong DSN should fail fast, not retry forever
+            log.warning("reconnect failed (%s); retrying in %.0f s", exc, backoff)
             if stop.event.wait(backoff):
                 return assembler
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)

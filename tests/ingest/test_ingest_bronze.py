@@ -217,3 +217,35 @@ def _wait_for_rows(config, count: int, timeout: float = 10) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"bronze did not reach {count} rows in {timeout} s")
+
+
+def test_a_slot_dropped_while_streaming_stops_the_ingest_with_exit_3(source):
+    """Retrying a dropped slot forever would look healthy: stop with a clear error."""
+    from pipelines.errors import SourceError
+    from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
+
+    dsn = source.source.dsn
+    outcome = {}
+
+    def ingest_forever():
+        try:
+            run_ingest(source, IngestOptions(), StopRequested())
+        except SourceError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=ingest_forever)
+    worker.start()
+    execute(dsn, "INSERT INTO items (id) VALUES (1)")
+    _wait_for_rows(source, 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Server-side, so the drop wins the race with the ingest's immediate reconnect.
+        conn.execute("""DO $$ BEGIN FOR i IN 1..500 LOOP BEGIN
+            PERFORM pg_terminate_backend(active_pid) FROM pg_replication_slots
+              WHERE slot_name = 'lakehouse' AND active_pid IS NOT NULL;
+            PERFORM pg_drop_replication_slot('lakehouse'); RETURN;
+            EXCEPTION WHEN object_in_use THEN PERFORM pg_sleep(0.005); END; END LOOP;
+            RAISE 'slot still in use'; END $$""")
+    worker.join(30)
+    assert not worker.is_alive()
+    assert outcome["error"].exit_code == 3
+    assert "does not exist" in str(outcome["error"]) and "lakehouse setup" in str(outcome["error"])

@@ -1,0 +1,585 @@
+"""Silver's incremental run vs a delta-rs MERGE of the same rows, as the table grows.
+
+For each table size N the lake holds bronze with N inserts of a narrow table
+(public.bench: id int8 key, name text, amount numeric(12,2), qty int4, active bool,
+updated_at timestamptz) and the silver table with those N rows, built once per N
+(--initial: by one run_silver of that bronze, or "direct": the pipeline creates the
+tables from the first transaction, delta-rs appends the other rows' typed values and the
+pipeline's write_progress records the load's last position; auto: run_silver up to 1M
+rows). For each batch size M, a copy of that lake gets M more changes in bronze (60%
+updates, 20% deletes, 20% inserts, random keys, increasing positions, 50k-row commits
+like the ingest's), then, each in its own child process:
+
+- silver: ONE incremental `run_silver` on the local engine (Sail, in-process): seconds,
+  changes/s (bronze changes per second), the child's peak RSS (VmHWM: Python and the
+  Sail server, which runs in the same process) and the seconds of every Spark Connect
+  request by what made it (a MERGE by its target, else the pipeline function);
+- delta-rs: `DeltaTable.merge` of the batch's latest event per key (the rows silver ends
+  up merging, already typed) into an identical copy of the N-row silver table (the same
+  files), with silver's position guard: seconds, peak RSS and the merge's metrics.
+
+The two tables are then compared row for row (they must be equal). The 1-minute load
+average (what `uptime` shows) is recorded around every timed run: the machine is shared.
+
+    python -m bench.silver_bench [--table-rows 1000000 10000000] [--changes 100000 1000000]
+                                 [--repeat 2] [--initial auto|silver|direct]
+                                 [--what-if-no-toast-fill] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench.common import table, timed
+from pipelines.bronze.schema import CHANGES_SCHEMA
+
+TABLE = "public.bench"
+COLUMNS = ("id", "name", "amount", "qty", "active", "updated_at")
+TYPES = ("int8", "text", "numeric", "int4", "bool", "timestamptz")
+MODS = (-1, -1, ((12 << 16) | 2) + 4, -1, -1, -1)  # numeric(12,2): atttypmod
+UTC = pa.timestamp("us", tz="UTC")
+SILVER_SCHEMA = pa.schema([
+    ("id", pa.int64()), ("name", pa.string()), ("amount", pa.decimal128(12, 2)),
+    ("qty", pa.int32()), ("active", pa.bool_()), ("updated_at", UTC),
+    ("_lsn", pa.int64()), ("_change_index", pa.int64()), ("_commit_ts", UTC)])
+TXN_ROWS = 10  # changes per source transaction
+LSN_GAP = 4096  # between the commit LSNs of consecutive transactions
+EPOCH_US = int(datetime(2026, 1, 5, 8, tzinfo=timezone.utc).timestamp() * 1_000_000)
+INGEST_COMMIT_ROWS = 50_000  # the ingest's batch_rows: one bronze commit per 50k changes
+INITIAL_COMMIT_ROWS = 1_000_000
+DIRECT_FILE_ROWS = 1_000_000  # --initial direct: rows per silver file (see build_direct)
+UPDATE, DELETE, INSERT = 0, 1, 2
+
+
+# --- data ----------------------------------------------------------------------------------
+
+def _decimal(cents: np.ndarray) -> pa.Array:
+    """int64 cents as decimal128(12,2), exactly (the unscaled 128-bit integers)."""
+    words = np.empty((len(cents), 2), dtype=np.int64)
+    words[:, 0], words[:, 1] = cents, cents >> 63
+    return pa.Array.from_buffers(pa.decimal128(12, 2), len(cents),
+                                 [None, pa.py_buffer(words.tobytes())])
+
+
+def typed_rows(ids: np.ndarray, version: int, rng: np.random.Generator,
+               commit_us: np.ndarray) -> dict[str, pa.Array]:
+    """The source rows' typed values (what silver must hold for them)."""
+    n = len(ids)
+    id_text = pc.cast(pa.array(ids), pa.string())
+    return {
+        "id": pa.array(ids, pa.int64()),
+        "name": pc.binary_join_element_wise("user-", id_text, f"-v{version}", ""),
+        "amount": _decimal(rng.integers(-1_000_000, 10_000_000_000, n)),
+        "qty": pa.array(rng.integers(0, 10_000, n).astype(np.int32)),
+        "active": pa.array(rng.random(n) < 0.8),
+        "updated_at": pa.array(commit_us - rng.integers(0, 1_000_000, n)).cast(UTC),
+    }
+
+
+def postgres_text(typed: dict[str, pa.Array]) -> list[pa.Array]:
+    """The values as Postgres renders them in text format (what ingest lands)."""
+    return [pc.cast(typed["id"], pa.string()), typed["name"],
+            pc.cast(typed["amount"], pa.string()), pc.cast(typed["qty"], pa.string()),
+            pc.if_else(typed["active"], "t", "f"),
+            pc.binary_join_element_wise(pc.strftime(typed["updated_at"], "%Y-%m-%d %H:%M:%S"),
+                                        "+00", "")]
+
+
+def positions(first_txn: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """commit_lsn, change_index, xid and commit time (us) of n changes in TXN_ROWS-row
+    transactions, the first being transaction number `first_txn`."""
+    txn = first_txn + np.arange(n, dtype=np.int64) // TXN_ROWS
+    return (txn * LSN_GAP, np.arange(n, dtype=np.int64) % TXN_ROWS, txn,
+            EPOCH_US + txn * 1_000)
+
+
+def _repeat(value: pa.Array, n: int) -> pa.Array:
+    return value.take(pa.array(np.zeros(n, dtype=np.int64)))
+
+
+def _lists(columns: list[pa.Array], mask: np.ndarray | None = None) -> pa.ListArray:
+    """Row i -> [columns[0][i], columns[1][i], ...] (null lists where mask)."""
+    n, width = len(columns[0]), len(columns)
+    order = (np.arange(width, dtype=np.int64)[None, :] * n
+             + np.arange(n, dtype=np.int64)[:, None]).ravel()
+    flat = pa.concat_arrays([c.cast(pa.string()) for c in columns]).take(pa.array(order))
+    offsets = pa.array(np.arange(0, width * (n + 1), width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, flat,
+                                    mask=None if mask is None else pa.array(mask))
+
+
+def bronze_changes(kinds: np.ndarray, ids: np.ndarray, text: list[pa.Array],
+                   first_txn: int) -> pa.Table:
+    """bronze/changes rows (CHANGES_SCHEMA) of one table's inserts/updates/deletes, in order.
+
+    Updates send the full new row; deletes the old key only (replica identity default)."""
+    n = len(ids)
+    lsn, index, xid, commit_us = positions(first_txn, n)
+    deleted = kinds == DELETE
+    null_text = pa.nulls(n, pa.string())
+    values = _lists([pc.if_else(pa.array(deleted), null_text, t) for t in text])
+    old_values = _lists([text[0]] + [null_text] * (len(COLUMNS) - 1), mask=~deleted)
+    ops = np.array(["update", "delete", "insert"], dtype=object)[kinds]
+    text_list = pa.list_(pa.string())
+    shape = {
+        "schema_name": _repeat(pa.array(["public"]), n),
+        "table_name": _repeat(pa.array(["bench"]), n),
+        "columns": _repeat(pa.array([list(COLUMNS)], text_list), n),
+        "type_names": _repeat(pa.array([list(TYPES)], text_list), n),
+        "type_oids": _repeat(pa.array([[0] * len(COLUMNS)], pa.list_(pa.int64())), n),
+        "type_mods": _repeat(pa.array([list(MODS)], pa.list_(pa.int32())), n),
+        "key_columns": _repeat(pa.array([["id"]], text_list), n),
+    }
+    columns = {
+        "commit_lsn": pa.array(lsn), "change_index": pa.array(index), "xid": pa.array(xid),
+        "commit_ts": pa.array(commit_us).cast(UTC), "op": pa.array(ops, pa.string()),
+        **shape, "values": values,
+        "unchanged_toast": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                                    pa.array([], pa.string())),
+        "old_kind": pc.if_else(pa.array(deleted), "K", pa.nulls(n, pa.string())),
+        "old_values": old_values,
+        "ingested_at": _repeat(pa.array([EPOCH_US]).cast(UTC), n),
+    }
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type)
+              for f in CHANGES_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=CHANGES_SCHEMA)
+
+
+def append_bronze(lake: Path, rows: pa.Table, commit_rows: int) -> None:
+    from deltalake import write_deltalake
+
+    for start in range(0, rows.num_rows, commit_rows):
+        write_deltalake(str(lake / "bronze" / "changes"), rows.slice(start, commit_rows),
+                        mode="append")
+
+
+def initial_rows(n: int, seed: int) -> tuple[pa.Table, dict[str, pa.Array]]:
+    """Bronze inserts of ids 1..n (transactions 1..) and the typed rows they become."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    lsn, index, _, commit_us = positions(1, n)
+    typed = typed_rows(ids, 0, rng, commit_us)
+    bronze = bronze_changes(np.full(n, INSERT, dtype=np.int8), ids, postgres_text(typed), 1)
+    typed.update(_lsn=pa.array(lsn), _change_index=pa.array(index),
+                 _commit_ts=pa.array(commit_us).cast(UTC))
+    return bronze, typed
+
+
+def batch_rows(n: int, m: int, seed: int) -> tuple[pa.Table, pa.Table]:
+    """M changes against ids 1..n: 60% updates (keys drawn with replacement: hot keys are
+    updated more than once), 20% deletes (distinct keys, never updated in the batch), 20%
+    inserts of new ids, shuffled, at positions after the initial load. Returns the bronze
+    rows and the latest event per key (typed, with _cdc_op): the delta-rs MERGE source."""
+    rng = np.random.default_rng(seed)
+    n_del, n_ins = m // 5, m // 5
+    n_upd = m - n_del - n_ins
+    deleted = rng.choice(n, n_del, replace=False) + 1
+    alive = np.ones(n + 1, dtype=bool)
+    alive[0] = False
+    alive[deleted] = False
+    live = np.flatnonzero(alive)
+    updated = live[rng.integers(0, len(live), n_upd)]
+    inserted = np.arange(n + 1, n + 1 + n_ins, dtype=np.int64)
+    kinds = np.concatenate([np.full(n_upd, UPDATE), np.full(n_del, DELETE),
+                            np.full(n_ins, INSERT)]).astype(np.int8)
+    ids = np.concatenate([updated, deleted, inserted]).astype(np.int64)
+    order = rng.permutation(m)
+    kinds, ids = kinds[order], ids[order]
+    first_txn = 1 + (n + TXN_ROWS - 1) // TXN_ROWS + 1
+    lsn, index, _, commit_us = positions(first_txn, m)
+    typed = typed_rows(ids, 1, rng, commit_us)
+    bronze = bronze_changes(kinds, ids, postgres_text(typed), first_txn)
+
+    # latest event per key: stable sort by id keeps position order inside a key
+    by_key = np.argsort(ids, kind="stable")
+    last = by_key[np.r_[ids[by_key][1:] != ids[by_key][:-1], True]]
+    take = pa.array(last)
+    deletes = pa.array(kinds[last] == DELETE)
+    source = {c: typed[c].take(take) for c in COLUMNS}
+    for c in COLUMNS[1:]:  # a delete carries the key only
+        source[c] = pc.if_else(deletes, pa.nulls(len(last), source[c].type), source[c])
+    source.update(_lsn=pa.array(lsn[last]), _change_index=pa.array(index[last]),
+                  _commit_ts=pa.array(commit_us[last]).cast(UTC),
+                  _cdc_op=pc.if_else(deletes, "delete", "upsert"))
+    return bronze, pa.table(source)
+
+
+# --- child processes -------------------------------------------------------------------------
+
+def bench_config(lake: Path):
+    from pipelines.config import Config, LakeConfig, SourceConfig
+
+    return Config(source=SourceConfig(dsn="host=unused", tables=(TABLE,)),
+                  lake=LakeConfig(lake))
+
+
+def vm_hwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Requests:
+    """Times every Spark Connect request (execute or analyze) by what made it: a MERGE
+    statement by its target table, anything else by the innermost pipeline function
+    on the stack (module.function:line). Where a run's seconds go."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, float]] = []
+
+    def install(self) -> None:
+        from pyspark.sql.connect.client.core import SparkConnectClient
+
+        for method in ("_execute_and_fetch", "_analyze"):
+            original = getattr(SparkConnectClient, method)
+            setattr(SparkConnectClient, method, self._wrap(original, method.strip("_")))
+
+    def _wrap(self, original, kind):
+        calls = self.calls
+
+        def timed_request(client, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return original(client, *args, **kwargs)
+            finally:
+                calls.append((_label(args), kind, time.perf_counter() - started))
+        return timed_request
+
+
+def _label(args: tuple) -> str:
+    plan = getattr(args[0], "plan", None) if args else None
+    if plan is not None and plan.HasField("command") and plan.command.HasField("sql_command"):
+        text = str(plan.command.sql_command)
+        if "MERGE" in text:
+            target = ("tombstones" if "silver_tombstones" in text
+                      else "progress" if "silver_progress" in text else "silver")
+            return f"MERGE INTO {target}"
+    frame = sys._getframe(3)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if f"{os.sep}pipelines{os.sep}" in path:
+            return f"{Path(path).stem}.{frame.f_code.co_name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "bench"
+
+
+def phase_silver(lake: Path, out: Path, no_toast_fill: bool = False) -> None:
+    """One run_silver on the local engine, instrumented; results as JSON in `out`.
+
+    no_toast_fill: the what-if of a run that skips the TOAST fill (the bench's batches
+    have no unchanged TOAST column and no key change, so it has nothing to fill: the
+    result must stay equal, which the comparison with delta-rs checks)."""
+    started = time.perf_counter()
+    from pipelines.engine import start_local_session
+    from pipelines.silver import batch, job
+
+    if no_toast_fill:
+        batch.fill_unchanged_toast = lambda events, keys, columns: events
+
+    spark = start_local_session((lake / "_warehouse").resolve())
+    spark.sql("SELECT 1").collect()
+    startup = time.perf_counter() - started
+    rss_ready = vm_hwm_mb()
+    requests = Requests()
+    requests.install()
+    steps: list[tuple[str, float]] = []
+    for name in ("read_progress", "scan_bronze", "apply_table", "write_progress"):
+        original = getattr(job, name, None)
+        if original is None:
+            continue
+
+        def step(*args, _original=original, _name=name, **kwargs):
+            begun = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                steps.append((_name, time.perf_counter() - begun))
+        setattr(job, name, step)
+    begun = time.perf_counter()
+    report = job.run_silver(bench_config(lake), spark)
+    seconds = time.perf_counter() - begun
+    assert not report.failed, report.failed
+    out.write_text(json.dumps({
+        "seconds": seconds, "startup": startup, "rss_ready_mb": rss_ready,
+        "rss_peak_mb": vm_hwm_mb(), "steps": steps, "requests": requests.calls,
+        "tables": [[t.table, t.inserts, t.updates, t.deletes] for t in report.tables]}))
+
+
+def phase_progress(lake: Path, lsn: int, index: int) -> None:
+    """Record silver's progress of public.bench (and of the whole scan) at a position,
+    with the pipeline's own write_progress: the next run applies only what follows."""
+    from pipelines.engine import start_local_session
+    from pipelines.silver.job import PROGRESS_TABLE
+    from pipelines.silver.progress import TableProgress, write_progress
+
+    spark = start_local_session((lake / "_warehouse").resolve())
+    path = lake / "_state" / PROGRESS_TABLE
+    write_progress(spark, path, True, {TABLE: TableProgress((lsn, index))}, (lsn, index))
+
+
+def phase_deltars(target: Path, source: Path, out: Path) -> None:
+    """delta-rs MERGE of the latest events into a copy of the silver table."""
+    from deltalake import DeltaTable
+
+    rows = pq.read_table(source)
+    newer = ("(s._lsn > t._lsn OR (s._lsn = t._lsn AND s._change_index > t._change_index))")
+    values = {c: f"s.{c}" for c in SILVER_SCHEMA.names}
+    started = time.perf_counter()
+    metrics = (DeltaTable(str(target))
+               .merge(rows, predicate="t.id = s.id", source_alias="s", target_alias="t")
+               .when_matched_delete(predicate=f"s._cdc_op = 'delete' AND {newer}")
+               .when_matched_update(updates={c: v for c, v in values.items() if c != "id"},
+                                    predicate=f"s._cdc_op = 'upsert' AND {newer}")
+               .when_not_matched_insert(updates=values, predicate="s._cdc_op = 'upsert'")
+               .execute())
+    seconds = time.perf_counter() - started
+    out.write_text(json.dumps({"seconds": seconds, "rss_peak_mb": vm_hwm_mb(),
+                               "metrics": metrics}, default=str))
+
+
+# --- the parent: build, run, compare ---------------------------------------------------------
+
+def child(*argv: str, out: Path | None = None) -> tuple[float, dict, tuple[float, float]]:
+    """A child phase: wall seconds, its JSON result, the 1-minute load before and after.
+
+    Peak RSS is the child's own VmHWM (read in the child). Not wait4's ru_maxrss: the
+    child starts as a vfork of this process and keeps its high-water mark through exec,
+    so ru_maxrss would report this (data-generating) parent's RSS."""
+    load = os.getloadavg()[0]
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "error")}
+    run = timed([sys.executable, "-m", "bench.silver_bench", *argv,
+                 *(["--out", str(out)] if out else [])], env=env)
+    if run.returncode != 0:
+        raise SystemExit(f"child {' '.join(argv[:2])} failed with exit {run.returncode}")
+    result = json.loads(out.read_text()) if out else {}
+    return run.seconds, result, (load, os.getloadavg()[0])
+
+
+def silver_path(lake: Path) -> Path:
+    return lake / "silver" / "public" / "bench"
+
+
+def build_silver(lake: Path, n: int, seed: int) -> dict:
+    """Bronze of n inserts, applied by one run_silver (the pipeline's own initial load)."""
+    bronze, _ = initial_rows(n, seed)
+    append_bronze(lake, bronze, INITIAL_COMMIT_ROWS)
+    del bronze
+    _, result, load = child("--phase", "silver", "--lake", str(lake),
+                            out=lake.parent / "build.json")
+    return {"method": "run_silver", "seconds": result["seconds"],
+            "peak_mb": result["rss_peak_mb"], "load": load, "silver": result}
+
+
+def build_direct(lake: Path, n: int, seed: int) -> dict:
+    """The same lake without running silver over the n rows: run_silver applies the first
+    transaction only (so the pipeline itself creates the silver, tombstone and progress
+    tables, in its own schema and protocol), then delta-rs appends the other rows' typed
+    values to silver in DIRECT_FILE_ROWS-row files in key order, and the pipeline's own
+    write_progress moves public.bench and the "*" row to the initial load's last position,
+    exactly what a run_silver of the whole load would have recorded."""
+    from deltalake import write_deltalake
+
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    bronze, typed = initial_rows(n, seed)
+    append_bronze(lake, bronze.slice(0, TXN_ROWS), INITIAL_COMMIT_ROWS)
+    child("--phase", "silver", "--lake", str(lake), out=lake.parent / "build.json")
+    append_bronze(lake, bronze.slice(TXN_ROWS), INITIAL_COMMIT_ROWS)
+    del bronze
+    rows = pa.table({f.name: typed[f.name] for f in SILVER_SCHEMA}, schema=SILVER_SCHEMA)
+    for start in range(TXN_ROWS, n, DIRECT_FILE_ROWS):
+        write_deltalake(str(silver_path(lake)),
+                        rows.slice(start, min(DIRECT_FILE_ROWS, n - start)), mode="append")
+    last = rows.slice(n - 1)
+    child("--phase", "progress", "--lake", str(lake), "--position",
+          str(last["_lsn"][0].as_py()), str(last["_change_index"][0].as_py()))
+    return {"method": "direct", "seconds": time.perf_counter() - started,
+            "peak_mb": vm_hwm_mb(), "load": (load, os.getloadavg()[0])}
+
+
+def last_commit(path: Path) -> dict:
+    """Files the table's newest commit removed and added, and the table's file count."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(str(path))
+    log = path / "_delta_log" / f"{dt.version():020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line]
+    removed = [a["remove"] for a in actions if "remove" in a]
+    added = [a["add"] for a in actions if "add" in a]
+    return {"removed": len(removed), "added": len(added), "files": len(dt.file_uris()),
+            "added_mb": sum(a.get("size", 0) for a in added) / 2**20}
+
+
+def same_rows(silver: Path, other: Path) -> bool:
+    """Silver's table equals the delta-rs MERGE result, row for row (sorted by key)."""
+    from pipelines.lake import read_delta
+
+    def rows(path: Path) -> pa.Table:
+        return read_delta(path, columns=SILVER_SCHEMA.names).cast(SILVER_SCHEMA).sort_by("id")
+    return rows(silver).equals(rows(other))
+
+
+STEPS = {  # request label prefix -> column of the breakdown
+    "scan.": "scan", "apply._staged": "stage", "types.cast_failures": "check",
+    "MERGE INTO silver": "merge", "MERGE INTO tombstones": "tombstones",
+}
+
+
+def breakdown(result: dict) -> dict[str, float]:
+    """Seconds of the run per step (requests by label), the rest as "other"."""
+    steps = {name: 0.0 for name in STEPS.values()}
+    for label, _, seconds in result["requests"]:
+        for prefix, name in STEPS.items():
+            if label.startswith(prefix):
+                steps[name] += seconds
+                break
+    steps["other"] = result["seconds"] - sum(steps.values())
+    return steps
+
+
+def request_summary(result: dict, top: int = 6) -> list[str]:
+    by_label: dict[str, list[float]] = {}
+    for label, kind, seconds in result["requests"]:
+        by_label.setdefault(f"{label} ({kind})", []).append(seconds)
+    ranked = sorted(by_label.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [f"      {sum(s):7.2f} s {len(s):3d}x  {label}" for label, s in ranked]
+
+
+def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
+             verify: bool, what_if: tuple[str, ...] = ()) -> dict:
+    case = work / f"n{n}-m{m}-r{repeat}"
+    shutil.rmtree(case, ignore_errors=True)
+    lake = case / "lake"
+    shutil.copytree(base, lake)
+    shutil.copytree(silver_path(lake), case / "deltars")  # the identical N-row copy
+    bronze, source = batch_rows(n, m, seed + n + m)
+    append_bronze(lake, bronze, INGEST_COMMIT_ROWS)
+    pq.write_table(source, case / "source.parquet")
+    keys = source.num_rows
+    del bronze, source
+    _, silver, silver_load = child("--phase", "silver", "--lake", str(lake), *what_if,
+                                   out=case / "silver.json")
+    _, rs, rs_load = child("--phase", "deltars", "--target", str(case / "deltars"),
+                           "--source", str(case / "source.parquet"), out=case / "deltars.json")
+    result = {"n": n, "m": m, "repeat": repeat, "keys": keys, "silver": silver,
+              "silver_load": silver_load, "deltars": rs, "deltars_load": rs_load,
+              "silver_commit": last_commit(silver_path(lake)),
+              "deltars_commit": last_commit(case / "deltars"),
+              "equal": same_rows(silver_path(lake), case / "deltars") if verify else None}
+    shutil.rmtree(case, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--table-rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--changes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--repeat", type=int, default=2, help="runs of every case (default 2)")
+    parser.add_argument("--initial", choices=("auto", "silver", "direct"), default="auto",
+                        help="build the N-row silver table with run_silver, or directly "
+                             "(auto: run_silver up to 1M rows, direct above: see the docs)")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the row-for-row comparison of silver and delta-rs")
+    parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument("--what-if-no-toast-fill", action="store_true",
+                        help="experiment: run silver without its TOAST fill step (these "
+                             "batches have nothing to fill; results are still compared)")
+    parser.add_argument("--phase", choices=("silver", "deltars", "progress"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--position", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase == "silver":
+        return phase_silver(args.lake, args.out, args.what_if_no_toast_fill)
+    if args.phase == "deltars":
+        return phase_deltars(args.target, args.source, args.out)
+    if args.phase == "progress":
+        return phase_progress(args.lake, *args.position)
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="silver-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    builds, results = [], []
+    what_if = ("--what-if-no-toast-fill",) if args.what_if_no_toast_fill else ()
+    if what_if:
+        print("what-if: silver runs WITHOUT its TOAST fill step (not the pipeline as shipped)")
+    try:
+        for n in args.table_rows:
+            base = work / f"base-{n}"
+            shutil.rmtree(base, ignore_errors=True)
+            method = args.initial if args.initial != "auto" else (
+                "silver" if n <= 1_000_000 else "direct")
+            build = (build_silver if method == "silver" else build_direct)(base, n, args.seed)
+            build.update(n=n, files=last_commit(silver_path(base))["files"])
+            builds.append(build)
+            print(f"built N={n:,} ({build['method']}): {build['seconds']:.1f} s, peak "
+                  f"{build['peak_mb']:.0f} MB, load {build['load'][0]:.1f}-"
+                  f"{build['load'][1]:.1f}, {build['files']} silver files", flush=True)
+            for m in args.changes:
+                for r in range(args.repeat):
+                    result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
+                                      what_if)
+                    results.append(result)
+                    print(f"  N={n:,} M={m:,} run {r + 1}: silver "
+                          f"{result['silver']['seconds']:.2f} s, delta-rs "
+                          f"{result['deltars']['seconds']:.2f} s, equal={result['equal']}",
+                          flush=True)
+                    print("\n".join(request_summary(result["silver"])), flush=True)
+            shutil.rmtree(base, ignore_errors=True)
+    finally:
+        if args.json:
+            args.json.write_text(json.dumps({"builds": builds, "results": results},
+                                            default=str, indent=1))
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report(builds, results)
+
+
+def report(builds: list[dict], results: list[dict]) -> None:
+    rows = [["table rows", "initial build", "seconds", "peak MB", "load 1m", "silver files"]]
+    for b in builds:
+        rows.append([f"{b['n']:,}", b["method"], f"{b['seconds']:.1f}", f"{b['peak_mb']:.0f}",
+                     f"{b['load'][0]:.1f}-{b['load'][1]:.1f}", str(b["files"])])
+    print("\n" + table(rows))
+    rows = [["table rows", "changes", "run", "keys", "silver s", "changes/s", "delta-rs s",
+             "ratio", "silver peak MB", "delta-rs peak MB", "stage s", "merge s",
+             "other s", "files rewritten silver | delta-rs", "load 1m", "equal"]]
+    for r in results:
+        s, d = r["silver"]["seconds"], r["deltars"]["seconds"]
+        sc, dc, steps = r["silver_commit"], r["deltars_commit"], breakdown(r["silver"])
+        rows.append([
+            f"{r['n']:,}", f"{r['m']:,}", str(r["repeat"] + 1), f"{r['keys']:,}", f"{s:.2f}",
+            f"{r['m'] / s:,.0f}", f"{d:.2f}", f"{s / d:.1f}x",
+            f"{r['silver']['rss_peak_mb']:.0f}", f"{r['deltars']['rss_peak_mb']:.0f}",
+            f"{steps['stage']:.2f}", f"{steps['merge']:.2f}",
+            f"{s - steps['stage'] - steps['merge']:.2f}",
+            f"{sc['removed']} of {sc['files'] - sc['added'] + sc['removed']} | "
+            f"{dc['removed']} of {dc['files'] - dc['added'] + dc['removed']}",
+            f"{r['silver_load'][0]:.1f}-{r['silver_load'][1]:.1f}", str(r["equal"])])
+    print("\n" + table(rows))
+    print("\nstage: bronze -> events -> TOAST fill -> latest per key, written to the staging "
+          "Parquet (apply._staged); merge: the MERGE INTO the silver table; other: scan, type "
+          "check, tombstone MERGE, progress, catalog. changes/s: bronze changes per second.")
+
+
+if __name__ == "__main__":
+    main()
