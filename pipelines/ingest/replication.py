@@ -25,6 +25,10 @@ class SlotUnusable(SourceError):
     """The slot is missing or invalidated: reconnecting cannot help, stop (exit 3)."""
 
 
+class SlotBusy(SourceError):
+    """Another connection streams from the slot (maybe a predecessor still exiting)."""
+
+
 class ConnectionLost(Exception):
     """The replication connection broke; reconnecting may help."""
 
@@ -60,8 +64,8 @@ class ReplicationStream:
             message = (result.error_message or self._conn.error_message).decode(
                 errors="replace").strip()
             if "is active for PID" in message:
-                raise SourceError(f"{message}: another ingest is streaming from slot "
-                                  f"{self.slot!r}. Stop it, or configure another slot.")
+                raise SlotBusy(f"{message}: another ingest is streaming from slot "
+                               f"{self.slot!r}. Stop it, or configure another slot.")
             if "does not exist" in message:
                 raise SlotUnusable(f"{message}. Run `lakehouse setup` first (if the slot was "
                                    "dropped, changes since were lost: see docs/operations.md, "

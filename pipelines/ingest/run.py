@@ -19,7 +19,8 @@ from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
 from pipelines.ingest.bronze_writer import BronzeWriter
 from pipelines.ingest.lsn import format_lsn
-from pipelines.ingest.replication import ConnectionLost, ReplicationStream, SlotUnusable
+from pipelines.ingest.replication import (ConnectionLost, ReplicationStream, SlotBusy,
+                                          SlotUnusable)
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
                                    xlogdata_positions)
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 30.0
+SLOT_BUSY_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,21 @@ def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOpt
     assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
     backoff = 1.0
     ever_connected = False
+    started = time.monotonic()
     while True:
         try:
             stream = ReplicationStream(config.source.dsn, config.source.slot,
                                        config.source.publication, writer.durable.end_lsn)
         except SlotUnusable:
             raise  # dropped or invalidated while we ran: retrying would look healthy forever
+        except SlotBusy:
+            # A predecessor killed a moment ago may still hold the slot until Postgres
+            # notices; a real second ingest is an error once the grace period is over.
+            if time.monotonic() - started > SLOT_BUSY_GRACE_SECONDS:
+                raise
+            if stop.event.wait(0.5):
+                return assembler
+            continue
         except SourceError as exc:
             if not ever_connected:
                 raise  # a wrong DSN should fail fast, not retry forever

@@ -53,6 +53,17 @@ def workload(dsn: str, stop: threading.Event, seed: int) -> int:
     return commits
 
 
+def wait_until_streaming(dsn: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(dsn) as conn:
+            if conn.execute("SELECT active FROM pg_replication_slots "
+                            "WHERE slot_name = 'lakehouse'").fetchone()[0]:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the ingest never attached to the slot")
+
+
 def reference_positions(dsn: str) -> list[tuple[int, int, str, tuple]]:
     """Every change of the publication, with positions, read through another slot."""
     with psycopg.connect(dsn) as conn:
@@ -101,6 +112,7 @@ def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_serv
                        stderr=subprocess.PIPE)
             time.sleep(rng.uniform(0.6, 1.6))
             if round_ == 4:  # a Postgres restart while the ingest streams
+                wait_until_streaming(dsn)  # a first connect fails fast by design
                 pg_server.stop()
                 pg_server.start()
                 time.sleep(rng.uniform(0.5, 1.5))
