@@ -32,8 +32,8 @@ class ReportSpec:
         return ", ".join(f"{name} {type_}" for name, type_ in self.columns)
 
     def sql(self) -> str:
-        """The report's query text, loaded from the package data."""
-        return load_sql(self.name)
+        """The report's query text, loaded from the package data, with shared fragments."""
+        return load_sql(self.name).replace("{finished_entries}", load_sql("finished_entries"))
 
 
 REPORTS: dict[str, ReportSpec] = {spec.name: spec for spec in (

@@ -1,7 +1,6 @@
 -- Hours of finished time entries per user per ISO 8601 week of the UTC day of started_at.
 --
--- * Same entry rules as hours_per_project_per_day: an entry counts whole on the UTC day it
---   started; open entries and entries that stop before they start are left out.
+-- * Which entries count and on which day: sql/finished_entries.sql.
 -- * ISO weeks start on Monday; week 1 is the week holding the year's first Thursday, so
 --   2027-01-03 (a Sunday) is in 2026-W53 and 2024-12-30 (a Monday) in 2025-W01. Computed
 --   from the epoch day (1970-01-01 was a Thursday) because Sail's weekday() returns -1
@@ -9,13 +8,7 @@
 --   year of the week's Thursday, the ISO week is that Thursday's day of year DIV 7, plus 1.
 -- * Hours: exact microseconds, rounded once half up to 0.0001 h (integer DIV).
 WITH finished AS (
-    SELECT
-        user_id,
-        (unix_micros(started_at) - pmod(unix_micros(started_at), 86400000000))
-            DIV 86400000000 AS epoch_day,
-        unix_micros(stopped_at) - unix_micros(started_at) AS micros
-    FROM time_entries
-    WHERE stopped_at IS NOT NULL AND stopped_at >= started_at
+{finished_entries}
 ),
 per_week AS (
     SELECT
