@@ -23,7 +23,6 @@ from typing import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.catalog import delta_path  # noqa: F401  (re-exported: pipelines.silver.progress)
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
 from pipelines.silver.watermarks import Position

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipelines.silver.merge import delta_path
+from pipelines.catalog import delta_path
 from pipelines.silver.watermarks import Position
 
 SCHEMA = ("table_name string, lsn long, change_index long, floor_lsn long, "
