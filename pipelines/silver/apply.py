@@ -115,7 +115,9 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
                                F.lit(after[1]))
                       & ~is_after(F.col("commit_lsn"), F.col("change_index"),
                                   F.lit(upto[0]), F.lit(upto[1])))
-    events = changes_to_events(new, shape).transform(lambda df: expand_key_changes(df, keys))
+    events = changes_to_events(new, shape)
+    if table.moved:  # else no update sent an old key: skip a second read of the rows
+        events = expand_key_changes(events, keys)
     chunk_rows = _chunk_rows(run, table)
     if chunk_rows is None:
         return events
@@ -180,8 +182,11 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         return Applied(floor)
     keys = list(shape.key_columns)
 
+    # A reconciled chunk row that a window change dropped leaves every column it does not
+    # supply unchanged; otherwise only what the bronze rows list can be unchanged.
+    toast = None if table.windows else [c for c in value_columns(shape) if c in table.unchanged]
     latest = _staged(run, latest_events(batch_events(run, table, shape, before.position, upto),
-                                        shape, floor), shape)
+                                        shape, floor, toast), shape, "events")
     check_typed(latest, shape)  # a value that cannot be typed stops the table
     typed = typed_columns(latest, shape.columns, table=shape.qualified_name)
 
@@ -217,9 +222,12 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
                                         [c for c in value_columns(shape) if c in target.names])
     source = source.select(*(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP,
                                              UNCHANGED]))
-    drop_stale_events(source, run.read(marks), keys).createOrReplaceTempView(SOURCE_VIEW)
+    # Staged again, so the MERGE joins the silver table with a plain scan (on Sail a
+    # MERGE whose source is itself a join runs markedly slower).
+    _staged(run, drop_stale_events(source, run.read(marks), keys), shape, "source") \
+        .createOrReplaceTempView(SOURCE_VIEW)
     run.spark.sql(silver_merge_sql(silver.sql, SOURCE_VIEW, keys, final.names, carried,
-                                   floor if floor_moved else None)).collect()
+                                   floor if floor_moved else None, toast)).collect()
 
     base.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
         .createOrReplaceTempView(SOURCE_VIEW)
@@ -240,14 +248,14 @@ def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
         run.spark.sql(floor_merge_sql(target.sql, SOURCE_VIEW, floor)).collect()
 
 
-def _staged(run: SilverContext, latest: DataFrame, shape: TableShape) -> DataFrame:
-    """Materialize the batch's events once (Parquet, overwritten by the next run): the
-    check and both MERGE statements then read a few rows instead of re-running the
-    reconcile plan, and are sure to see the same events."""
-    path = str(run.layout.state(STAGING) / shape.schema / shape.table)
-    latest = latest.drop(XID)
-    latest.write.mode("overwrite").parquet(path)
-    return run.spark.read.schema(latest.schema).parquet(path)
+def _staged(run: SilverContext, frame: DataFrame, shape: TableShape, part: str) -> DataFrame:
+    """Materialize a step of the batch (Parquet, overwritten by the next run): the check
+    and both MERGE statements then read a few rows instead of re-running the reconcile
+    plan, and are sure to see the same events."""
+    path = str(run.layout.state(STAGING) / shape.schema / shape.table / part)
+    frame = frame.drop(XID)
+    frame.write.mode("overwrite").parquet(path)
+    return run.spark.read.schema(frame.schema).parquet(path)
 
 
 def _ensure_table(run: SilverContext, table: TableRef, schema: StructType,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -20,11 +22,17 @@ def above_floor(events: DataFrame, floor: Position | None) -> DataFrame:
                                   F.lit(floor[0]), F.lit(floor[1])))
 
 
-def latest_events(events: DataFrame, shape: TableShape,
-                  floor: Position | None = None) -> DataFrame:
-    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor."""
+def latest_events(events: DataFrame, shape: TableShape, floor: Position | None = None,
+                  toast_columns: Sequence[str] | None = None) -> DataFrame:
+    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor.
+
+    toast_columns: the only columns any event may leave unchanged (default: every value
+    column). The fill is a window over the whole batch, the batch's costliest step, so a
+    batch in which no event left a column unchanged skips it.
+    """
     keys = shape.key_columns
+    fill = value_columns(shape) if toast_columns is None else toast_columns
     return (events
-            .transform(lambda df: fill_unchanged_toast(df, keys, value_columns(shape)))
+            .transform(lambda df: fill_unchanged_toast(df, keys, fill))
             .transform(lambda df: latest_change_per_key(df, keys))
             .transform(lambda df: above_floor(df, floor)))

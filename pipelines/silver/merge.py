@@ -18,7 +18,7 @@ on the local engines, a Unity Catalog name on Databricks. Nothing else differs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -45,32 +45,31 @@ def _on(keys: Sequence[str]) -> str:
 
 def silver_merge_sql(target: str, source: str, keys: Sequence[str],
                      target_columns: Sequence[str], source_columns: Sequence[str],
-                     floor: Position | None = None) -> str:
+                     floor: Position | None = None,
+                     unchanged: Collection[str] | None = None) -> str:
     """MERGE of the events view `source` into the silver table `target`.
 
     target_columns: every column of the target table (after schema evolution);
     source_columns: the source columns the events carry. Target columns the source no
     longer has (dropped in Postgres) become NULL in rows the batch writes. An unchanged
-    TOAST column keeps the target's value. `floor`: a truncate in this batch; rows at
-    or below it that the batch does not write are deleted.
+    TOAST column keeps the target's value; `unchanged` names the only columns an event
+    may leave unchanged (None: any), the others are copied without a test. `floor`: a
+    truncate in this batch; rows at or below it that the batch does not write are deleted.
     """
     carried = set(source_columns) | {LSN, CHANGE_INDEX, COMMIT_TS}
 
-    def value(name: str) -> str:
-        if name not in carried:
-            return "NULL"
-        if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS):
+    def maybe_unchanged(name: str, otherwise: str) -> str:
+        if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS) or (
+                unchanged is not None and name not in unchanged):
             return f"s.{quote(name)}"
         return (f"CASE WHEN array_contains(s.{UNCHANGED}, '{_string(name)}') "
-                f"THEN t.{quote(name)} ELSE s.{quote(name)} END")
+                f"THEN {otherwise} ELSE s.{quote(name)} END")
+
+    def value(name: str) -> str:
+        return maybe_unchanged(name, f"t.{quote(name)}") if name in carried else "NULL"
 
     def inserted(name: str) -> str:
-        if name not in carried:
-            return "NULL"
-        if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS):
-            return f"s.{quote(name)}"
-        return f"CASE WHEN array_contains(s.{UNCHANGED}, '{_string(name)}') " \
-               f"THEN NULL ELSE s.{quote(name)} END"
+        return maybe_unchanged(name, "NULL") if name in carried else "NULL"
 
     updates = ", ".join(f"{quote(n)} = {value(n)}" for n in target_columns if n not in keys)
     names = ", ".join(quote(n) for n in target_columns)

@@ -36,6 +36,7 @@ class TableScan:
     deletes: int = 0
     truncate: Position | None = None  # the newest truncate among the new rows
     moved: bool = False  # some update sent an old key: maybe a key change
+    unchanged: frozenset[str] = frozenset()  # columns some update left unchanged (TOAST)
     windows: list[ChunkWindow] = field(default_factory=list)
     window_error: str | None = None
 
@@ -99,6 +100,9 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
           for op in (OP_INSERT, OP_UPDATE, OP_DELETE)),
         F.max(F.when((F.col("op") == OP_UPDATE) & F.col("old_values").isNotNull(),
                      F.lit(1))).alias("moved"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(
+            F.size(F.coalesce(F.col("unchanged_toast"), F.array())) > 0,
+            F.col("unchanged_toast"))))).alias("unchanged"),
         F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
     ).collect()
     if not summary:
@@ -113,6 +117,7 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
                                  TableScan(f"{r.schema_name}.{r.table_name}"))
         scan.inserts, scan.updates, scan.deletes = r[OP_INSERT], r[OP_UPDATE], r[OP_DELETE]
         scan.moved = bool(r.moved)
+        scan.unchanged = frozenset(r.unchanged or ())
         if r.shape is not None:
             try:
                 scan.shape = shape_from_row(r.schema_name, r.table_name, r.shape)
