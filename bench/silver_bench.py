@@ -8,7 +8,9 @@ tables from the first transaction, delta-rs appends the other rows' typed values
 pipeline's write_progress records the load's last position; auto: run_silver up to 1M
 rows). For each batch size M, a copy of that lake gets M more changes in bronze (60%
 updates, 20% deletes, 20% inserts, random keys, increasing positions, 50k-row commits
-like the ingest's), then, each in its own child process:
+like the ingest's; with --toast-share F, that share of the updates leaves `name`
+unchanged, as Postgres does for a TOASTed value an UPDATE did not touch), then, each in
+its own child process:
 
 - silver: ONE incremental `run_silver` on the local engine (Sail, in-process): seconds,
   changes/s (bronze changes per second), the child's peak RSS (VmHWM: Python and the
@@ -16,14 +18,16 @@ like the ingest's), then, each in its own child process:
   request by what made it (a MERGE by its target, else the pipeline function);
 - delta-rs: `DeltaTable.merge` of the batch's latest event per key (the rows silver ends
   up merging, already typed) into an identical copy of the N-row silver table (the same
-  files), with silver's position guard: seconds, peak RSS and the merge's metrics.
+  files), with silver's position guard: seconds, peak RSS and the merge's metrics;
+- Sail MERGE alone: silver's own MERGE statement, on Sail, of those same rows into
+  another identical copy: what the engine's MERGE costs without the pipeline's steps.
 
 The two tables are then compared row for row (they must be equal). The 1-minute load
 average (what `uptime` shows) is recorded around every timed run: the machine is shared.
 
     python -m bench.silver_bench [--table-rows 1000000 10000000] [--changes 100000 1000000]
                                  [--repeat 2] [--initial auto|silver|direct]
-                                 [--what-if-no-toast-fill] [--json results.json]
+                                 [--toast-share 0.3] [--json results.json]
 """
 
 from __future__ import annotations
@@ -122,15 +126,18 @@ def _lists(columns: list[pa.Array], mask: np.ndarray | None = None) -> pa.ListAr
 
 
 def bronze_changes(kinds: np.ndarray, ids: np.ndarray, text: list[pa.Array],
-                   first_txn: int) -> pa.Table:
+                   first_txn: int, toast: np.ndarray | None = None) -> pa.Table:
     """bronze/changes rows (CHANGES_SCHEMA) of one table's inserts/updates/deletes, in order.
 
-    Updates send the full new row; deletes the old key only (replica identity default)."""
+    Updates send the full new row, except `name` where `toast` (unchanged TOAST); deletes
+    the old key only (replica identity default)."""
     n = len(ids)
     lsn, index, xid, commit_us = positions(first_txn, n)
     deleted = kinds == DELETE
+    toast = np.zeros(n, dtype=bool) if toast is None else toast
     null_text = pa.nulls(n, pa.string())
-    values = _lists([pc.if_else(pa.array(deleted), null_text, t) for t in text])
+    values = _lists([pc.if_else(pa.array(deleted | (toast & (i == COLUMNS.index("name")))),
+                                null_text, t) for i, t in enumerate(text)])
     old_values = _lists([text[0]] + [null_text] * (len(COLUMNS) - 1), mask=~deleted)
     ops = np.array(["update", "delete", "insert"], dtype=object)[kinds]
     text_list = pa.list_(pa.string())
@@ -147,8 +154,9 @@ def bronze_changes(kinds: np.ndarray, ids: np.ndarray, text: list[pa.Array],
         "commit_lsn": pa.array(lsn), "change_index": pa.array(index), "xid": pa.array(xid),
         "commit_ts": pa.array(commit_us).cast(UTC), "op": pa.array(ops, pa.string()),
         **shape, "values": values,
-        "unchanged_toast": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
-                                                    pa.array([], pa.string())),
+        "unchanged_toast": pa.ListArray.from_arrays(
+            pa.array(np.r_[0, np.cumsum(toast)].astype(np.int32)),
+            _repeat(pa.array(["name"]), int(toast.sum()))),
         "old_kind": pc.if_else(pa.array(deleted), "K", pa.nulls(n, pa.string())),
         "old_values": old_values,
         "ingested_at": _repeat(pa.array([EPOCH_US]).cast(UTC), n),
@@ -178,11 +186,13 @@ def initial_rows(n: int, seed: int) -> tuple[pa.Table, dict[str, pa.Array]]:
     return bronze, typed
 
 
-def batch_rows(n: int, m: int, seed: int) -> tuple[pa.Table, pa.Table]:
+def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0
+               ) -> tuple[pa.Table, pa.Table]:
     """M changes against ids 1..n: 60% updates (keys drawn with replacement: hot keys are
-    updated more than once), 20% deletes (distinct keys, never updated in the batch), 20%
-    inserts of new ids, shuffled, at positions after the initial load. Returns the bronze
-    rows and the latest event per key (typed, with _cdc_op): the delta-rs MERGE source."""
+    updated more than once; `toast_share` of them leave `name` unchanged), 20% deletes
+    (distinct keys, never updated in the batch), 20% inserts of new ids, shuffled, at
+    positions after the initial load. Returns the bronze rows and the latest event per
+    key (typed, with _cdc_op, unchanged names resolved): the delta-rs MERGE source."""
     rng = np.random.default_rng(seed)
     n_del, n_ins = m // 5, m // 5
     n_upd = m - n_del - n_ins
@@ -201,14 +211,25 @@ def batch_rows(n: int, m: int, seed: int) -> tuple[pa.Table, pa.Table]:
     first_txn = 1 + (n + TXN_ROWS - 1) // TXN_ROWS + 1
     lsn, index, _, commit_us = positions(first_txn, m)
     typed = typed_rows(ids, 1, rng, commit_us)
-    bronze = bronze_changes(kinds, ids, postgres_text(typed), first_txn)
+    toast = (kinds == UPDATE) & (rng.random(m) < toast_share)
+    bronze = bronze_changes(kinds, ids, postgres_text(typed), first_txn, toast)
 
     # latest event per key: stable sort by id keeps position order inside a key
     by_key = np.argsort(ids, kind="stable")
-    last = by_key[np.r_[ids[by_key][1:] != ids[by_key][:-1], True]]
+    ends = np.r_[ids[by_key][1:] != ids[by_key][:-1], True]
+    last = by_key[ends]
     take = pa.array(last)
     deletes = pa.array(kinds[last] == DELETE)
     source = {c: typed[c].take(take) for c in COLUMNS}
+    # an unchanged name is the batch's earlier one (every update of a key in the batch
+    # sends the same "-v1" name) or, when no earlier event sent one, the initial "-v0"
+    sent = np.cumsum(~toast[by_key])
+    starts = np.flatnonzero(np.r_[True, ends[:-1]])
+    sent_before_last = sent[ends] - (~toast[last]) - (sent[starts] - ~toast[by_key][starts])
+    initial = pc.binary_join_element_wise(
+        "user-", pc.cast(source["id"], pa.string()), "-v0", "")
+    source["name"] = pc.if_else(pa.array(toast[last] & (sent_before_last == 0)), initial,
+                                source["name"])
     for c in COLUMNS[1:]:  # a delete carries the key only
         source[c] = pc.if_else(deletes, pa.nulls(len(last), source[c].type), source[c])
     source.update(_lsn=pa.array(lsn[last]), _change_index=pa.array(index[last]),
@@ -277,18 +298,11 @@ def _label(args: tuple) -> str:
     return "bench"
 
 
-def phase_silver(lake: Path, out: Path, no_toast_fill: bool = False) -> None:
-    """One run_silver on the local engine, instrumented; results as JSON in `out`.
-
-    no_toast_fill: the what-if of a run that skips the TOAST fill (the bench's batches
-    have no unchanged TOAST column and no key change, so it has nothing to fill: the
-    result must stay equal, which the comparison with delta-rs checks)."""
+def phase_silver(lake: Path, out: Path) -> None:
+    """One run_silver on the local engine, instrumented; results as JSON in `out`."""
     started = time.perf_counter()
     from pipelines.engine import start_local_session
-    from pipelines.silver import batch, job
-
-    if no_toast_fill:
-        batch.fill_unchanged_toast = lambda events, keys, columns: events
+    from pipelines.silver import job
 
     spark = start_local_session((lake / "_warehouse").resolve())
     spark.sql("SELECT 1").collect()
@@ -329,6 +343,26 @@ def phase_progress(lake: Path, lsn: int, index: int) -> None:
     spark = start_local_session((lake / "_warehouse").resolve())
     path = lake / "_state" / PROGRESS_TABLE
     write_progress(spark, path, True, {TABLE: TableProgress((lsn, index))}, (lsn, index))
+
+
+def phase_sail_merge(target: Path, source: Path, out: Path) -> None:
+    """Silver's MERGE statement on Sail, of the delta-rs source rows (nothing unchanged)."""
+    from pyspark.sql import functions as F
+
+    from pipelines.engine import start_local_session
+    from pipelines.silver.merge import silver_merge_sql
+
+    spark = start_local_session((target.parent / "_warehouse").resolve())
+    spark.sql("SELECT 1").collect()
+    rows = spark.read.parquet(str(source)).withColumn(
+        "_cdc_unchanged", F.array().cast("array<string>"))
+    rows.createOrReplaceTempView("bench_source")
+    sql = silver_merge_sql(f"delta.`{target}`", "bench_source", ["id"], SILVER_SCHEMA.names,
+                           list(COLUMNS), unchanged=[])
+    started = time.perf_counter()
+    spark.sql(sql).collect()
+    seconds = time.perf_counter() - started
+    out.write_text(json.dumps({"seconds": seconds, "rss_peak_mb": vm_hwm_mb()}))
 
 
 def phase_deltars(target: Path, source: Path, out: Path) -> None:
@@ -460,23 +494,28 @@ def request_summary(result: dict, top: int = 6) -> list[str]:
 
 
 def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
-             verify: bool, what_if: tuple[str, ...] = ()) -> dict:
+             verify: bool, toast_share: float) -> dict:
     case = work / f"n{n}-m{m}-r{repeat}"
     shutil.rmtree(case, ignore_errors=True)
     lake = case / "lake"
     shutil.copytree(base, lake)
-    shutil.copytree(silver_path(lake), case / "deltars")  # the identical N-row copy
-    bronze, source = batch_rows(n, m, seed + n + m)
+    shutil.copytree(silver_path(lake), case / "deltars")  # the identical N-row copies
+    shutil.copytree(silver_path(lake), case / "sailmerge")
+    bronze, source = batch_rows(n, m, seed + n + m, toast_share)
     append_bronze(lake, bronze, INGEST_COMMIT_ROWS)
     pq.write_table(source, case / "source.parquet")
     keys = source.num_rows
     del bronze, source
-    _, silver, silver_load = child("--phase", "silver", "--lake", str(lake), *what_if,
+    _, silver, silver_load = child("--phase", "silver", "--lake", str(lake),
                                    out=case / "silver.json")
     _, rs, rs_load = child("--phase", "deltars", "--target", str(case / "deltars"),
                            "--source", str(case / "source.parquet"), out=case / "deltars.json")
+    _, sail_merge, _ = child("--phase", "sailmerge", "--target", str(case / "sailmerge"),
+                             "--source", str(case / "source.parquet"),
+                             out=case / "sailmerge.json")
     result = {"n": n, "m": m, "repeat": repeat, "keys": keys, "silver": silver,
               "silver_load": silver_load, "deltars": rs, "deltars_load": rs_load,
+              "sail_merge": sail_merge,
               "silver_commit": last_commit(silver_path(lake)),
               "deltars_commit": last_commit(case / "deltars"),
               "equal": same_rows(silver_path(lake), case / "deltars") if verify else None}
@@ -498,10 +537,10 @@ def main() -> None:
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the row-for-row comparison of silver and delta-rs")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
-    parser.add_argument("--what-if-no-toast-fill", action="store_true",
-                        help="experiment: run silver without its TOAST fill step (these "
-                             "batches have nothing to fill; results are still compared)")
-    parser.add_argument("--phase", choices=("silver", "deltars", "progress"),
+    parser.add_argument("--toast-share", type=float, default=0.0,
+                        help="share of the updates that leave the name column unchanged "
+                             "(unchanged TOAST: silver then runs its TOAST fill; default 0)")
+    parser.add_argument("--phase", choices=("silver", "deltars", "sailmerge", "progress"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
@@ -510,18 +549,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "silver":
-        return phase_silver(args.lake, args.out, args.what_if_no_toast_fill)
+        return phase_silver(args.lake, args.out)
     if args.phase == "deltars":
         return phase_deltars(args.target, args.source, args.out)
+    if args.phase == "sailmerge":
+        return phase_sail_merge(args.target, args.source, args.out)
     if args.phase == "progress":
         return phase_progress(args.lake, *args.position)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="silver-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     builds, results = [], []
-    what_if = ("--what-if-no-toast-fill",) if args.what_if_no_toast_fill else ()
-    if what_if:
-        print("what-if: silver runs WITHOUT its TOAST fill step (not the pipeline as shipped)")
     try:
         for n in args.table_rows:
             base = work / f"base-{n}"
@@ -537,11 +575,12 @@ def main() -> None:
             for m in args.changes:
                 for r in range(args.repeat):
                     result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
-                                      what_if)
+                                      args.toast_share)
                     results.append(result)
                     print(f"  N={n:,} M={m:,} run {r + 1}: silver "
                           f"{result['silver']['seconds']:.2f} s, delta-rs "
-                          f"{result['deltars']['seconds']:.2f} s, equal={result['equal']}",
+                          f"{result['deltars']['seconds']:.2f} s, Sail MERGE alone "
+                          f"{result['sail_merge']['seconds']:.2f} s, equal={result['equal']}",
                           flush=True)
                     print("\n".join(request_summary(result["silver"])), flush=True)
             shutil.rmtree(base, ignore_errors=True)
@@ -561,7 +600,8 @@ def report(builds: list[dict], results: list[dict]) -> None:
                      f"{b['load'][0]:.1f}-{b['load'][1]:.1f}", str(b["files"])])
     print("\n" + table(rows))
     rows = [["table rows", "changes", "run", "keys", "silver s", "changes/s", "delta-rs s",
-             "ratio", "silver peak MB", "delta-rs peak MB", "stage s", "merge s",
+             "ratio", "Sail MERGE alone s", "silver peak MB", "delta-rs peak MB", "stage s",
+             "merge s",
              "other s", "files rewritten silver | delta-rs", "load 1m", "equal"]]
     for r in results:
         s, d = r["silver"]["seconds"], r["deltars"]["seconds"]
@@ -569,6 +609,7 @@ def report(builds: list[dict], results: list[dict]) -> None:
         rows.append([
             f"{r['n']:,}", f"{r['m']:,}", str(r["repeat"] + 1), f"{r['keys']:,}", f"{s:.2f}",
             f"{r['m'] / s:,.0f}", f"{d:.2f}", f"{s / d:.1f}x",
+            f"{r['sail_merge']['seconds']:.2f} ({r['sail_merge']['seconds'] / d:.1f}x)",
             f"{r['silver']['rss_peak_mb']:.0f}", f"{r['deltars']['rss_peak_mb']:.0f}",
             f"{steps['stage']:.2f}", f"{steps['merge']:.2f}",
             f"{s - steps['stage'] - steps['merge']:.2f}",
@@ -576,9 +617,11 @@ def report(builds: list[dict], results: list[dict]) -> None:
             f"{dc['removed']} of {dc['files'] - dc['added'] + dc['removed']}",
             f"{r['silver_load'][0]:.1f}-{r['silver_load'][1]:.1f}", str(r["equal"])])
     print("\n" + table(rows))
-    print("\nstage: bronze -> events -> TOAST fill -> latest per key, written to the staging "
-          "Parquet (apply._staged); merge: the MERGE INTO the silver table; other: scan, type "
-          "check, tombstone MERGE, progress, catalog. changes/s: bronze changes per second.")
+    print("\nstage: bronze -> events -> TOAST fill -> latest per key, then typed and stale "
+          "events dropped, each written to staging Parquet (apply._staged); merge: the MERGE "
+          "INTO the silver table; other: scan, type check, tombstone MERGE, progress, catalog. "
+          "changes/s: bronze changes per second. Sail MERGE alone: the same MERGE statement "
+          "of delta-rs's source rows (x: its ratio to delta-rs).")
 
 
 if __name__ == "__main__":
