@@ -119,24 +119,36 @@ def check_keys(conn: psycopg.Connection, tables: tuple[str, ...]) -> None:
 
 def ensure_publication(conn: psycopg.Connection, name: str,
                        tables: tuple[str, ...]) -> tuple[bool, bool]:
-    """Create the publication, or align its table list with the config. (created, changed)"""
+    """Create the publication, or align its table list with the config. (created, changed)
+
+    publish_via_partition_root: a partitioned table's changes arrive under its own name
+    (one silver table, the name backfill reads), not under each partition's.
+    """
     table_list = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
-    exists = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s",
-                          (name,)).fetchone()
+    exists = conn.execute("SELECT puballtables, pubviaroot FROM pg_publication "
+                          "WHERE pubname = %s", (name,)).fetchone()
     if exists is None:
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} "
+                             "WITH (publish_via_partition_root = true)").format(
             sql.Identifier(name), table_list))
         log.info("created publication %s for %d table(s)", name, len(tables))
         return True, False
-    if exists[0]:
+    all_tables, via_root = exists
+    if all_tables:
         raise SourceError(f"publication {name!r} is FOR ALL TABLES; this pipeline manages "
                           "an explicit table list. Drop it or configure another "
                           "source.publication.")
+    changed = False
+    if not via_root:
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)")
+                     .format(sql.Identifier(name)))
+        log.info("publication %s now publishes partitions via their root table", name)
+        changed = True
     current = {r[0] for r in conn.execute(
         "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
         (name,))}
     if current == set(tables):
-        return False, False
+        return False, changed
     conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
         sql.Identifier(name), table_list))
     log.info("publication %s now covers: %s", name, ", ".join(tables))

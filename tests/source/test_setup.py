@@ -156,3 +156,15 @@ def test_status_exits_3_and_points_to_recovery_when_the_slot_is_lost(app_dsn, tm
     assert "WAL retained unknown (lost)" in result.stdout
     with pytest.raises(SourceError, match="is invalidated"):
         run_setup(SourceConfig(app_dsn, tables=("public.users",)))
+
+
+def test_an_existing_publication_is_switched_to_publish_via_partition_root(app_dsn):
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION lakehouse FOR TABLE users, members")
+    report = run_setup(SourceConfig(app_dsn, tables=("public.users", "public.members")))
+    assert report.publication_changed and not report.publication_created
+    with psycopg.connect(app_dsn) as conn:
+        assert conn.execute("SELECT pubviaroot FROM pg_publication "
+                            "WHERE pubname = 'lakehouse'").fetchone() == (True,)
+    assert not run_setup(SourceConfig(app_dsn, tables=("public.users", "public.members"))
+                         ).publication_changed
