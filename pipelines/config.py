@@ -160,7 +160,7 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
     source_cfg = _with_tables(source_cfg)
 
     lake = _section(LakeConfig, _mapping(top.get("lake", {}), "lake"), "lake")
-    if "://" in str(lake.path):
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", str(lake.path)):  # s3://, abfss://, dbfs:/
         raise ConfigError(f"lake.path: got {lake.path!r}, expected a file system path (a "
                           "local directory, or a Unity Catalog volume such as "
                           "/Volumes/catalog/schema/lake); object store URLs are not supported")

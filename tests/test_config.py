@@ -85,6 +85,8 @@ def test_overrides_apply_before_validation(tmp_path):
         load_config(path, environ={}, overrides=["source={dsn: 'host=x password=y'}"])
 
 
-def test_object_store_lake_paths_are_refused_not_mangled(tmp_path):
-    with pytest.raises(ConfigError, match="lake.path: got 's3://bucket/lake'"):
-        load_config(write(tmp_path, GOOD.replace("./lake", "s3://bucket/lake")), environ={})
+@pytest.mark.parametrize("url", ["s3://bucket/lake", "abfss://c@acct.dfs.core.windows.net/l",
+                                 "dbfs:/mnt/lake"])
+def test_object_store_lake_paths_are_refused_not_mangled(tmp_path, url):
+    with pytest.raises(ConfigError, match=f"lake.path: got '{url}'"):
+        load_config(write(tmp_path, GOOD.replace("./lake", url)), environ={})
