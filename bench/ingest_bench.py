@@ -1,13 +1,14 @@
 """Ingest throughput vs pg_recvlogical, and peak memory on a 1M-change transaction.
 
-Both consumers drain an identical slot (created at the same WAL position) over TCP on
+Both consumers drain identical slots (created at the same WAL position) over TCP on
 localhost: pg_recvlogical writes pgoutput to /dev/null (the physical limit of reading
 the slot); `lakehouse ingest --until-lsn` decodes, assembles and commits to bronze.
 
-Rates depend on what else the machine runs (the server's walsender needs a core too):
-the table shows the ingest's CPU seconds, and the load average is printed per workload.
+Rates depend on what else the machine runs (the server's walsender needs a core too), so
+each workload runs both consumers `--repeat` times, alternating, and reports medians and
+the range of the per-pair ratios; each pair and its load average is printed as it ends.
 
-    python -m bench.ingest_bench [--changes 1000000]
+    python -m bench.ingest_bench [--changes 1000000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import resource
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 import psycopg
 import yaml
@@ -48,37 +50,51 @@ def load(dsn: str, name: str, changes: int) -> str:
         return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
 
-def run(name: str, changes: int) -> list[str]:
+def run(name: str, changes: int, repeat: int) -> list[str]:
+    """Drain `repeat` pairs of identical slots, alternating pg_recvlogical and the ingest
+    so that both see about the same machine load; rates and ratios are medians."""
     with embedded_server() as server, tempfile.TemporaryDirectory() as work:
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE bench (id bigint PRIMARY KEY, v text, n numeric, "
                          "at timestamptz)")
-        run_setup(SourceConfig(dsn, tables=("public.bench",)))
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
+        for i in range(repeat):
+            run_setup(SourceConfig(dsn, slot=f"lakehouse{i}", tables=("public.bench",)))
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+                             (f"recv{i}",))
         end = load(dsn, name, changes)
 
-        recv = timed([str(bin_dir() / "pg_recvlogical"), "-d", dsn, "--slot", "recv",
-                      "--start", "--no-loop", "-o", "proto_version=2", "-o", "streaming=on",
-                      "-o", "publication_names=lakehouse", "-E", end, "-f", "/dev/null"])
-        config = Path(work) / "lakehouse.yml"
-        config.write_text(yaml.safe_dump({
-            "source": {"dsn": dsn, "tables": ["public.bench"]},
-            "lake": {"path": str(Path(work) / "lake")}}))
-        before = _children_cpu_seconds()
-        ingest = timed([sys.executable, "-m", "pipelines.cli", "-q", "--config", str(config),
-                        "ingest", "--until-lsn", end])
-        ingest_cpu = _children_cpu_seconds() - before
+        recvs, ingests, cpus = [], [], []
+        for i in range(repeat):
+            recv = timed([str(bin_dir() / "pg_recvlogical"), "-d", dsn, "--slot", f"recv{i}",
+                          "--start", "--no-loop", "-o", "proto_version=2", "-o",
+                          "streaming=on", "-o", "publication_names=lakehouse", "-E", end,
+                          "-f", "/dev/null"])
+            config = Path(work) / f"lakehouse{i}.yml"
+            config.write_text(yaml.safe_dump({
+                "source": {"dsn": dsn, "slot": f"lakehouse{i}", "tables": ["public.bench"]},
+                "lake": {"path": str(Path(work) / f"lake{i}")}}))
+            before = _children_cpu_seconds()
+            ingest = timed([sys.executable, "-m", "pipelines.cli", "-q", "--config",
+                            str(config), "ingest", "--until-lsn", end])
+            cpus.append(_children_cpu_seconds() - before)
+            assert recv.returncode == 0 and ingest.returncode == 0
+            recvs.append(recv)
+            ingests.append(ingest)
+            print(f"{name} #{i + 1}: pg_recvlogical {changes / recv.seconds:,.0f}/s, ingest "
+                  f"{changes / ingest.seconds:,.0f}/s ({recv.seconds / ingest.seconds:.2f}x, "
+                  f"{ingest.peak_rss_mb:.0f} MB), load average {_load()}", file=sys.stderr)
         startup = timed([sys.executable, "-c", "import pipelines.ingest.run, deltalake"])
-        assert recv.returncode == 0 and ingest.returncode == 0
-        recv_rate = changes / recv.seconds
-        ingest_rate = changes / ingest.seconds
-        steady = changes / max(ingest.seconds - startup.seconds, 1e-9)
-        print(f"{name}: load average {_load()} after the runs", file=sys.stderr)
-        return [name, f"{changes:,}", f"{recv_rate:,.0f}", f"{recv.peak_rss_mb:.0f}",
-                f"{ingest_rate:,.0f}", f"{steady:,.0f}", f"{ingest_rate / recv_rate:.2f}x",
-                f"{ingest.peak_rss_mb:.0f}", f"{ingest_cpu:.1f}"]
+        recv_seconds = median(one.seconds for one in recvs)
+        ingest_seconds = median(one.seconds for one in ingests)
+        ratios = sorted(recv.seconds / ingest.seconds for recv, ingest in zip(recvs, ingests))
+        steady = changes / max(ingest_seconds - startup.seconds, 1e-9)
+        return [name, f"{changes:,}", f"{changes / recv_seconds:,.0f}",
+                f"{max(one.peak_rss_mb for one in recvs):.0f}",
+                f"{changes / ingest_seconds:,.0f}", f"{steady:,.0f}",
+                f"{median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})",
+                f"{max(one.peak_rss_mb for one in ingests):.0f}", f"{median(cpus):.1f}"]
 
 
 def _children_cpu_seconds() -> float:
@@ -95,12 +111,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each consumer per workload, alternating (medians)")
     args = parser.parse_args()
     rows = [["workload", "changes", "recvlogical/s", "recv MB", "ingest/s",
-             "ingest/s excl. start-up", "ratio", "ingest peak MB", "ingest CPU s"]]
+             "ingest/s excl. start-up", "ratio (range)", "ingest peak MB", "ingest CPU s"]]
     print(f"load average {_load()} at the start ({os.cpu_count()} CPUs)", file=sys.stderr)
     for name in WORKLOADS:
-        rows.append(run(name, args.changes))
+        rows.append(run(name, args.changes, args.repeat))
     print(table(rows))
 
 

@@ -11,7 +11,8 @@ socket buffers absorb a short pause); it hides part of a remote store's commit l
 (measured with a simulated 200 ms per commit: 1M changes in 100-change transactions
 took 7.9 s, against 9.2 s committing inline and 5.5 s without the delay). What may be
 confirmed to Postgres is only `BronzeWriter.durable`, which advances after a commit has
-finished.
+finished. A streamed transaction's changes are encoded to Parquet while it streams in
+(bronze_files.py, on an encoder thread) and committed as files at its Stream Commit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +35,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.errors import DataError
+from pipelines.ingest.bronze_files import PendingFile, write_pending
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 
 log = logging.getLogger(__name__)
@@ -109,7 +112,8 @@ class BronzeWriter:
         self._spans: list[_Span] = []  # the transaction of each stretch of _rows
         self._boundaries: list[tuple[int, int]] = []  # (rows after a whole txn, its end LSN)
         self._first_row_at = 0.0
-        self._batches: queue.Queue[_Batch | None] = queue.Queue()  # holds at most one
+        self._batches: queue.Queue[_Batch | _Files | None] = queue.Queue()  # at most one
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="bronze-encode")
         self._committer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._table: DeltaTable | None = None  # the committer's: kept, not reloaded per commit
@@ -170,6 +174,12 @@ class BronzeWriter:
         """Everything buffered so far forms whole transactions; end_lsn is the last one's end."""
         end = end_lsn if end_lsn is not None else (
             self._boundaries[-1][1] if self._boundaries else self.progress.end_lsn)
+        if not self._rows and end > self.progress.end_lsn:
+            # Its rows went to commits before its end was known (a batch filled up at its
+            # last change): no later landing would carry this end LSN until another
+            # transaction's rows land, so a commit of the progress alone records it.
+            self._submit(_Files([], 0, 0, Progress(end, self.progress.position)))
+            return
         self._boundaries.append((len(self._rows), end))
 
     def discard_incomplete(self) -> None:
@@ -219,7 +229,24 @@ class BronzeWriter:
             self._submit(_Batch(table, [span], Progress(
                 end, (commit_lsn, first_index + table.num_rows - 1))))
 
-    def _submit(self, batch: _Batch) -> None:
+    def encode_pending(self, records: pa.Table, first_index: int,
+                       xid: int) -> Future[PendingFile]:
+        """Encode records (RECORD_SCHEMA) of an unfinished transaction to a bronze file on
+        the encoder thread (in order): a Future of its PendingFile, for `land_files`."""
+        return self._encoder.submit(write_pending, self.path, records, first_index, xid)
+
+    def land_files(self, files: Sequence[PendingFile], commit_lsn: int, commit_ts: int,
+                   end_lsn: int) -> None:
+        """Commit the files of one whole transaction (written from its change 0 on, in
+        order) as one Delta commit, after whole transactions buffered before."""
+        self.land()
+        if self._rows:
+            raise DataError("a streamed transaction committed inside an open transaction")
+        rows = sum(file.rows for file in files)
+        self._submit(_Files(list(files), commit_lsn, commit_ts,
+                            Progress(end_lsn, (commit_lsn, rows - 1))))
+
+    def _submit(self, batch: _Batch | _Files) -> None:
         """Hand one commit to the committer once the previous one has finished; what it
         holds counts as landed from now on (`progress`)."""
         self.progress = batch.progress
@@ -242,6 +269,7 @@ class BronzeWriter:
 
     def close(self, raise_failure: bool = True) -> None:
         """Wait for pending commits and stop the background thread."""
+        self._encoder.shutdown()
         if self._committer is not None:
             self._batches.put(None)
             self._committer.join()
@@ -267,20 +295,27 @@ class BronzeWriter:
             finally:
                 self._batches.task_done()
 
-    def _commit(self, batch: _Batch) -> None:
+    def _commit(self, batch: _Batch | _Files) -> None:
         position = batch.progress.position
         if self._table is None:
             self._table = DeltaTable(str(self.path))
-        records = batch.records
-        if isinstance(records, list):
-            records = record_batch(records)
-        write_deltalake(  # a DeltaTable, not its path: a write then updates its state
-            self._table, _changes_table(records, batch.spans), mode="append",
-            writer_properties=self.writer_properties,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.app_id,
-                                              version=batch.progress.end_lsn)],
-                custom_metadata={POSITION_KEY: f"{position[0]}:{position[1]}"}))
+        properties = CommitProperties(
+            app_transactions=[Transaction(app_id=self.app_id, version=batch.progress.end_lsn)],
+            custom_metadata={POSITION_KEY: f"{position[0]}:{position[1]}"})
+        if isinstance(batch, _Files):
+            now = _now_micros()
+            actions = [file.finish(batch.commit_lsn, batch.commit_ts, now)
+                       for file in batch.files]
+            self._table.create_write_transaction(actions, mode="append", schema=CHANGES_SCHEMA,
+                                                 commit_properties=properties)
+            self._table.update_incremental()  # unlike a write, this leaves the state behind
+        else:
+            records = batch.records
+            if isinstance(records, list):
+                records = record_batch(records)
+            write_deltalake(  # a DeltaTable, not its path: a write then updates its state
+                self._table, _changes_table(records, batch.spans), mode="append",
+                writer_properties=self.writer_properties, commit_properties=properties)
         self._durable = batch.progress
 
 
@@ -303,6 +338,17 @@ class _Batch:
     progress: Progress
 
 
+@dataclass(frozen=True)
+class _Files:
+    """Files of one whole transaction (none: a commit of progress only) and the progress
+    their commit records."""
+
+    files: list[PendingFile]
+    commit_lsn: int
+    commit_ts: int
+    progress: Progress
+
+
 def _split_spans(spans: list[_Span], count: int) -> tuple[list[_Span], list[_Span]]:
     """Spans of the first `count` rows, and of the rest renumbered from 0.
 
@@ -320,7 +366,7 @@ def _changes_table(records: pa.RecordBatch | pa.Table, spans: list[_Span]) -> pa
     """Records plus each one's transaction fields and ingested_at: CHANGES_SCHEMA."""
     utc = CHANGES_SCHEMA.field("commit_ts").type
     lsn, index, xid, ts = _transaction_columns(spans, records.num_rows)
-    now = int(datetime.now(timezone.utc).timestamp() * 1_000_000)
+    now = _now_micros()
     return pa.Table.from_arrays([
         lsn, index, xid, ts.cast(utc), *records.columns,
         pa.repeat(pa.scalar(now, pa.int64()), records.num_rows).cast(utc),
@@ -346,3 +392,8 @@ def _transaction_columns(spans: list[_Span], rows: int) -> tuple[pa.Array, ...]:
     index = np.arange(rows, dtype=np.int64) - np.repeat(starts[:-1] - first, counts)
     return (per_row([span.commit_lsn for span in spans]), pa.array(index),
             per_row([span.xid for span in spans]), per_row([span.commit_ts for span in spans]))
+
+
+def _now_micros() -> int:
+    """ingested_at: Unix microseconds."""
+    return int(datetime.now(timezone.utc).timestamp() * 1_000_000)

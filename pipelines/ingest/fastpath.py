@@ -35,6 +35,7 @@ from pipelines.ingest.relations import TableInfo
 
 _unpack_uint16 = struct.Struct("!H").unpack_from
 _unpack_uint32 = struct.Struct("!I").unpack_from
+_unpack_2uint32 = struct.Struct("!II").unpack_from  # a streamed change's xid and relation
 
 # First bytes of the messages this path takes (everything else uses the reference decoder).
 ROW_MESSAGE_TYPES = frozenset(b"IUD")
@@ -61,11 +62,12 @@ def decode_row_change(buf: bytes, pos: int, in_stream: bool,
         kind = buf[pos]
         if kind not in ROW_MESSAGE_TYPES:
             return None
-        xid = None
         if in_stream:
-            (xid,) = _unpack_uint32(buf, pos + 1)
+            xid, relation_id = _unpack_2uint32(buf, pos + 1)
             pos += 4
-        table = tables.get(_unpack_uint32(buf, pos + 1)[0])
+        else:
+            xid, (relation_id,) = None, _unpack_uint32(buf, pos + 1)
+        table = tables.get(relation_id)
         if table is None:
             return None
         columns = table.columns

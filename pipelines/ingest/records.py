@@ -21,7 +21,13 @@ from pipelines.ingest.relations import TableInfo
 Record = tuple
 """(op, table, values, unchanged_toast, old_kind, old_values, truncate_cascade,
 truncate_restart_identity, message_prefix, message_content, message_transactional)"""
-_RECORD_WIDTH = 11
+_RECORD_FIELDS = ("op", None, "values", "unchanged_toast", "old_kind", "old_values",
+                  "truncate_cascade", "truncate_restart_identity", "message_prefix",
+                  "message_content", "message_transactional")  # RECORD_SCHEMA name per item
+_FIRST_RARE = 6  # the truncate and message items
+_TABLE_FIELDS = {"schema": "schema_name", "table": "table_name", "columns": "columns",
+                 "type_names": "type_names", "type_oids": "type_oids",
+                 "type_mods": "type_mods", "key_columns": "key_columns"}  # TableInfo's
 RECORD_SCHEMA = pa.schema([CHANGES_SCHEMA.field(name) for name in CHANGES_SCHEMA.names[4:-1]])
 """Records in Arrow: CHANGES_SCHEMA without the transaction fields and ingested_at."""
 
@@ -44,37 +50,40 @@ def message_record(prefix: str, content: bytes, transactional: bool) -> Record:
 
 def record_batch(records: Sequence[Record]) -> pa.RecordBatch:
     """Records in Arrow (RECORD_SCHEMA): one transpose, then whole-column conversion."""
+    rows = len(records)
+
     # itemgetter per column instead of zip(*records): no per-row iterator objects for the
     # garbage collector to chase while the main thread keeps allocating.
-    (op, table_infos, values, unchanged, old_kind, old_values, cascade, restart, prefix,
-     content, transactional) = (list(map(itemgetter(i), records)) for i in range(_RECORD_WIDTH))
+    def column(index: int) -> list:
+        return list(map(itemgetter(index), records))
+
+    def convert(index: int) -> pa.Array:
+        type_ = RECORD_SCHEMA.field(_RECORD_FIELDS[index]).type
+        values = column(index)
+        if values.count(None) == rows:  # old values of inserts, say: no conversion needed
+            return pa.nulls(rows, type_)
+        return pa.array(values, type_)
+
+    op = column(0)
     # Table metadata: one Arrow value per distinct table (None for messages), then a
     # `take` per row. By identity: hashing a TableInfo's tuples would be slow.
+    table_infos = column(1)
     tables = list(dict(zip(map(id, table_infos), table_infos)).values())
-    index_of = {id(table): i for i, table in enumerate(tables)}
-    ids = pa.array(list(map(index_of.__getitem__, map(id, table_infos))), pa.int32())
-    text_list = pa.list_(pa.string())
+    if len(tables) == 1:  # the common case: skip a pass over the records
+        ids = pa.repeat(pa.scalar(0, pa.int32()), rows)
+    else:
+        index_of = {id(table): i for i, table in enumerate(tables)}
+        ids = pa.array(list(map(index_of.__getitem__, map(id, table_infos))), pa.int32())
 
-    def per_table(attribute: str, type_: pa.DataType) -> pa.Array:
+    def per_table(attribute: str) -> pa.Array:
         return pa.array([None if t is None else getattr(t, attribute) for t in tables],
-                        type_).take(ids)
+                        RECORD_SCHEMA.field(_TABLE_FIELDS[attribute]).type).take(ids)
 
+    # Truncate and message fields are None in every other record: skip their transpose.
+    rare = OP_TRUNCATE in op or OP_MESSAGE in op
     return pa.RecordBatch.from_arrays([
-        pa.array(op, pa.string()),
-        per_table("schema", pa.string()),
-        per_table("table", pa.string()),
-        per_table("columns", text_list),
-        per_table("type_names", text_list),
-        per_table("type_oids", pa.list_(pa.int64())),
-        per_table("type_mods", pa.list_(pa.int32())),
-        per_table("key_columns", text_list),
-        pa.array(values, text_list),
-        pa.array(unchanged, text_list),
-        pa.array(old_kind, pa.string()),
-        pa.array(old_values, text_list),
-        pa.array(cascade, pa.bool_()),
-        pa.array(restart, pa.bool_()),
-        pa.array(prefix, pa.string()),
-        pa.array(content, pa.binary()),
-        pa.array(transactional, pa.bool_()),
+        pa.array(op, pa.string()), *map(per_table, _TABLE_FIELDS),
+        *(convert(index) if index < _FIRST_RARE or rare
+          else pa.nulls(rows, RECORD_SCHEMA.field(name).type)
+          for index, name in enumerate(_RECORD_FIELDS) if index >= 2),
     ], schema=RECORD_SCHEMA)

@@ -156,9 +156,12 @@ def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAs
             stream.confirm(_confirmable(stream, writer, assembler))
         progress.maybe_log(assembler, stream, writer)
 
-        if options.until_lsn is not None and assembler.idle and writer.idle \
-                and stream.confirmed >= options.until_lsn:
-            return True
+        if options.until_lsn is not None and assembler.idle:
+            if writer.progress.end_lsn >= options.until_lsn > stream.confirmed:
+                # All that was asked for is committing: wait for it, not for the next read.
+                stream.confirm(writer.wait().end_lsn)
+            if writer.idle and stream.confirmed >= options.until_lsn:
+                return True
         if options.until_idle is not None and not frames and assembler.idle \
                 and time.monotonic() - last_activity >= options.until_idle:
             _land_and_confirm(stream, writer)

@@ -3,9 +3,10 @@
 A row's position is (commit LSN of its transaction, 0-based index of the row in it).
 Plain transactions know their commit LSN at Begin (final_lsn), so their rows go straight
 to the writer. Streamed transactions (protocol v2) arrive in pieces, interleaved, before
-their commit LSN is known: they are kept per transaction (streamed.py, in Arrow on disk
-past `spill_rows`), so memory stays bounded whatever the transaction size. An aborted
-stream (or subtransaction) is discarded; a committed one lands with its final positions.
+their commit LSN is known: they are kept per transaction (streamed.py, in bronze Parquet
+files past `spill_rows`), so memory stays bounded whatever the transaction size. An aborted
+stream (or subtransaction) is discarded; a committed one lands with its final positions,
+normally as the bronze files its spilled blocks were encoded to while it streamed in.
 
 Insert, Update and Delete take the fast path (fastpath.py) from bytes straight to a
 bronze record (records.py); every other message, and any the fast path declines, goes
@@ -29,7 +30,8 @@ from pipelines.ingest.pgoutput import (
     NULL, Begin, Commit, Delete, Insert, LogicalMessage, Origin, PgOutputMessage, Relation,
     StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate, TupleData, Type, Update,
     UNCHANGED_TOAST, decode_message, timestamp_to_pg)
-from pipelines.ingest.records import Record, change_record, message_record, truncate_record
+from pipelines.ingest.records import (Record, change_record, message_record, record_batch,
+                                      truncate_record)
 from pipelines.ingest.relations import RelationCache, TableInfo
 from pipelines.ingest.streamed import StreamedTransaction
 
@@ -111,7 +113,7 @@ class ChangeAssembler:
         self._skip = 0  # changes of the open transaction still to skip: bronze has them
         self._append = writer.append
         self._streams: dict[int, StreamedTransaction] = {}
-        self._stream_xid: int | None = None
+        self._stream: StreamedTransaction | None = None  # the one streaming now
         self.transactions = 0
         self._changes = 0  # of finished transactions
         self.last_commit_ts = 0  # Unix micros of the newest commit seen
@@ -150,7 +152,7 @@ class ChangeAssembler:
             decoded = decode_row_change(buf, pos, self.in_stream, self._tables)
             if decoded is not None:
                 if self.in_stream:
-                    self._streams[self._stream_xid].add(*decoded)
+                    self._stream.add(decoded)
                 elif self._skip:  # _land, inlined: one call less per change
                     self._skip -= 1
                 else:
@@ -177,7 +179,7 @@ class ChangeAssembler:
         self._streams.clear()
         self._open = None
         self._skip = 0
-        self._stream_xid = None
+        self._stream = None
         self.in_stream = False
         self.writer.discard_incomplete()
 
@@ -189,7 +191,7 @@ class ChangeAssembler:
             self._require_open(message)
         for record in records_of(message, self.relations):
             if self.in_stream:
-                self._streams[self._stream_xid].add(message.xid, record)
+                self._stream.add((message.xid, record))
             else:
                 self._land(record)
 
@@ -244,7 +246,7 @@ class ChangeAssembler:
                 self._changes += 1
             self.writer.end_unit(None)
         elif self.in_stream:
-            self._streams[self._stream_xid].add(message.xid, record)
+            self._stream.add((message.xid, record))
         else:
             self._require_open(message)
             self._land(record)
@@ -258,21 +260,25 @@ class ChangeAssembler:
 
     def _stream_start(self, message: StreamStart) -> None:
         self.in_stream = True
-        self._stream_xid = message.xid
         if message.xid not in self._streams:
-            self._streams[message.xid] = StreamedTransaction(self.spill_rows)
+            self._streams[message.xid] = StreamedTransaction(message.xid, self.spill_rows,
+                                                             self.writer)
+        self._stream = self._streams[message.xid]
 
     def _stream_stop(self, message: StreamStop) -> None:
         self.in_stream = False
-        self._stream_xid = None
+        self._stream = None
 
     def _stream_commit(self, message: StreamCommit) -> None:
-        """Land a streamed transaction: its spilled Arrow batches, then its last records."""
+        """Land a streamed transaction: its spilled blocks, then its last records."""
         stream = self._streams.pop(message.xid, None)
         if stream is None:
             raise DataError(f"Stream Commit of unknown xid {message.xid}")
         lsn, xid, ts = message.commit_lsn, message.xid, unix_micros(message.commit_ts)
         first_new = self.writer.first_new_index(lsn)  # a replay skips what bronze holds
+        if stream.spilled_rows and first_new == 0 and not stream.aborted_subxids:
+            self._land_files(stream, lsn, ts, message.end_lsn)
+            return
         try:
             tail = stream.unspilled()
             index = self._land_spilled(stream, lsn, xid, ts, first_new,
@@ -289,6 +295,26 @@ class ChangeAssembler:
         self.transactions += 1
         self.last_commit_ts = ts
         self.writer.end_unit(message.end_lsn)
+
+    def _land_files(self, stream: StreamedTransaction, lsn: int, ts: int,
+                    end_lsn: int) -> None:
+        """Land a streamed transaction in one commit of the files its blocks were encoded
+        to as they arrived, plus one for its last records: positions as written."""
+        committed = False
+        try:
+            files = stream.files()
+            tail = stream.unspilled()
+            if tail:
+                files.append(self.writer.encode_pending(
+                    pa.Table.from_batches([record_batch(tail)]), stream.spilled_rows,
+                    stream.xid).result())
+            self.writer.land_files(files, lsn, ts, end_lsn)
+            committed = True
+        finally:
+            stream.close(committed)
+        self._changes += stream.spilled_rows + len(tail)
+        self.transactions += 1
+        self.last_commit_ts = ts
 
     def _land_spilled(self, stream: StreamedTransaction, lsn: int, xid: int, ts: int,
                       first_new: int, ends_transaction: bool, end_lsn: int) -> int:

@@ -205,3 +205,16 @@ def test_record_batch_matches_the_schema_for_every_kind_of_record():
     assert rows[1]["truncate_cascade"] is True and rows[1]["values"] is None
     assert rows[2]["table_name"] is None and rows[2]["message_content"] == b"{}"
     assert rows[3]["key_columns"] == ["id"] and rows[3]["type_oids"] == [23, 25]
+
+
+def test_an_end_lsn_after_every_row_landed_gets_a_commit_of_its_own(path):
+    writer = BronzeWriter(path, "slot")
+    writer.begin(200, 0, 8, TS)
+    writer.append(insert("a"))
+    writer.append(insert("b"))
+    writer.land(complete_only=False)  # a full batch, cut at the transaction's last change
+    writer.end_unit(250)  # then its Commit arrives
+    assert writer.wait() == Progress(250, (200, 1))
+    writer.close()
+    assert read_progress(path, "slot") == Progress(250, (200, 1))
+    assert landed(path) == [(200, 0, 8, "a"), (200, 1, 8, "b")]

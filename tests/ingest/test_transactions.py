@@ -2,16 +2,19 @@
 
 Messages are built with struct.pack helpers and fed as XLogData frames the way the
 ingest loop does; bronze is a real Delta table under tmp_path. Covers plain and
-streamed transactions through both decode paths, the Arrow spill, aborts, and replays
-after a crash in the middle of a transaction.
+streamed transactions through both decode paths, the spill to bronze files, aborts, and
+replays after a crash in the middle of a transaction.
 """
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from pipelines.errors import DataError
-from pipelines.ingest.bronze_writer import BronzeWriter
+from pipelines.ingest.bronze_writer import BronzeWriter, Progress, read_progress
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.lake import read_delta
 from tests.ingest.test_pgoutput import (
@@ -222,3 +225,82 @@ def test_replay_with_other_settings_resumes_inside_a_spilled_block(path, monkeyp
     assert len(bronze(path)) == 4
     ingest(path, messages, batch_rows=4, spill_rows=5)  # blocks of 5: resume at the 5th row
     assert bronze(path) == [(500, i, "insert", str(i)) for i in range(12)]
+
+
+def streamed_without_aborts(xid: int, lsn: int, keys: range) -> list[bytes]:
+    """One stream block per 7 keys, then the commit."""
+    blocks = [keys[i:i + 7] for i in range(0, len(keys), 7)]
+    return [stream_start(xid, first=True),
+            relation(OID, "public", "items", "d", COLUMNS, xid=xid),
+            *(message for block in blocks
+              for message in [*(row(k, xid=xid) for k in block), b"E", stream_start(xid)]),
+            b"E", stream_commit(xid, lsn, lsn + 8)]
+
+
+def commits(path) -> list[list[dict]]:
+    """The add actions of each commit to the table after its creation, oldest first."""
+    logs = sorted((path / "_delta_log").glob("*.json"))[1:]
+    return [[json.loads(line)["add"] for line in log.read_text().splitlines()
+             if line.startswith('{"add"')] for log in logs]
+
+
+def test_a_streamed_transaction_lands_as_the_files_it_was_encoded_to(path):
+    before = time.time()
+    report = ingest(path, streamed_without_aborts(900, 500, range(12)))  # spill_rows=5
+    assert bronze(path) == [(500, i, "insert", str(i)) for i in range(12)]
+    assert (report.transactions, report.changes) == (1, 12)
+    assert read_progress(path, "slot") == Progress(508, (500, 11))
+    [adds] = commits(path)  # one commit: two spilled blocks and the last two records
+    stats = [json.loads(add["stats"]) for add in adds]
+    assert [(s["numRecords"], s["minValues"]["commit_lsn"], s["maxValues"]["commit_lsn"],
+             s["minValues"]["change_index"], s["maxValues"]["change_index"],
+             s["minValues"]["xid"], s["nullCount"]["commit_ts"]) for s in stats] == [
+        (5, 500, 500, 0, 4, 900, 0), (5, 500, 500, 5, 9, 900, 0), (2, 500, 500, 10, 11, 900, 0)]
+    rows = read_delta(path).to_pylist()
+    unix_ts = TS_US / 1e6 + 946_684_800  # TS_US counts from 2000-01-01
+    assert {(r["xid"], r["commit_ts"].timestamp()) for r in rows} == {(900, unix_ts)}
+    assert all(before <= r["ingested_at"].timestamp() <= time.time() for r in rows)
+    assert sorted(p.name for p in path.glob("*.parquet")) == sorted(a["path"] for a in adds)
+
+
+def test_a_replayed_streamed_transaction_leaves_no_files_behind(path):
+    messages = streamed_without_aborts(900, 500, range(12))
+    ingest(path, messages)
+    files = sorted(path.glob("*.parquet"))
+    report = ingest(path, messages)  # the server resends it: bronze has all of it
+    assert bronze(path) == [(500, i, "insert", str(i)) for i in range(12)]
+    assert report.changes == 0 and sorted(path.glob("*.parquet")) == files
+
+
+def test_a_crash_before_the_files_are_committed_lands_them_all_on_replay(path, monkeypatch):
+    messages = [RELATION, *plain_transaction(100, range(2)),
+                *streamed_without_aborts(900, 500, range(12))]
+    writer = BronzeWriter(path, "slot")
+    commit_ = writer._commit
+
+    def crash_at_the_stream_commit(batch):
+        if batch.progress.end_lsn == 508:
+            raise SystemExit("killed")
+        commit_(batch)
+
+    monkeypatch.setattr(writer, "_commit", crash_at_the_stream_commit)
+    with pytest.raises(SystemExit):
+        run_like_the_ingest_loop(path, messages, writer)
+    writer.close(raise_failure=False)
+    assert bronze(path) == [(100, 0, "insert", "0"), (100, 1, "insert", "1")]
+    report = run_like_the_ingest_loop(path, messages)
+    assert bronze(path) == [(100, 0, "insert", "0"), (100, 1, "insert", "1")] + [
+        (500, i, "insert", str(i)) for i in range(12)]
+    assert report.changes == 12
+
+
+@pytest.mark.parametrize("kind", ["plain", "streamed"])
+def test_a_transaction_ending_exactly_at_a_full_batch_records_its_end_lsn(path, kind):
+    """The batch lands at the transaction's last change, before its Commit arrives: the
+    end LSN still reaches bronze (it used to stay behind until the next transaction)."""
+    if kind == "plain":  # batches of 3, landed as the ingest loop does
+        run_like_the_ingest_loop(path, [RELATION, *plain_transaction(100, range(3))])
+        assert read_progress(path, "slot") == Progress(108, (100, 2))
+    else:  # blocks of 4 (the last 3 records in memory) read back: an aborted subxact
+        ingest(path, streamed_transaction(900, 500), batch_rows=3, spill_rows=4)
+        assert read_progress(path, "slot") == Progress(508, (500, 11))
