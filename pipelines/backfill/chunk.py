@@ -14,11 +14,10 @@ from __future__ import annotations
 import select
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 
+import numpy as np
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 from psycopg import pq, sql
 
@@ -185,7 +184,12 @@ def _error(result: pq.abc.PGresult | None, fallback: str) -> psycopg.Error:
 
 
 def parse_csv(data: bytes | bytearray, width: int) -> pa.Table:
-    """Postgres CSV into `width` string columns: unquoted empty = NULL, "" = ''."""
+    """Postgres CSV into `width` string columns: unquoted empty = NULL, "" = ''.
+
+    One block on the calling thread: the pipeline already keeps both cores busy, and
+    pyarrow's block-parallel parse costs ~40% more CPU for the same chunk (measured).
+    A single block also gives single-chunk columns and no value straddles two blocks.
+    """
     names = [f"c{i}" for i in range(width)]
     if not data:
         return pa.table({n: pa.array([], pa.string()) for n in names})
@@ -193,75 +197,67 @@ def parse_csv(data: bytes | bytearray, width: int) -> pa.Table:
                                   strings_can_be_null=True, quoted_strings_can_be_null=False,
                                   null_values=[""])
     parse = pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
-    buffer = pa.py_buffer(data)
-    try:
-        return pcsv.read_csv(buffer, pcsv.ReadOptions(column_names=names), parse, convert)
-    except pa.ArrowInvalid as exc:
-        if "straddl" not in str(exc):
-            raise
-    # A value larger than pyarrow's block: parse the chunk as one block (rare, slower).
-    return pcsv.read_csv(buffer, pcsv.ReadOptions(column_names=names, block_size=len(data) + 1),
-                         parse, convert)
+    read = pcsv.ReadOptions(column_names=names, use_threads=False, block_size=len(data) + 1)
+    return pcsv.read_csv(pa.py_buffer(data), read, parse, convert)
 
 
-def snapshot_rows(chunk: Chunk, backfill_id: str, chunk_id: int) -> pa.Table:
-    """The chunk as bronze/snapshots rows (SNAPSHOTS_SCHEMA), built without a row loop."""
-    n, shape = chunk.num_rows, chunk.shape
-    width = len(shape.columns)
-    # Column c's n values, however pyarrow chunked them, sit at [c * n, (c + 1) * n).
-    by_column = pa.concat_arrays([part for column in chunk.rows.columns for part in column.chunks]
-                                 or [pa.array([], pa.string())])
-    values = pa.ListArray.from_arrays(_row_offsets(n, width), by_column.take(_row_major(n, width)))
-    constant = _constant_columns(shape, backfill_id, n)
-    arrays = [
-        constant["backfill_id"],
-        pa.repeat(pa.scalar(chunk_id, pa.int64()), n),
-        _row_index(n),
-        *(constant[name] for name in ("schema_name", "table_name", "columns", "type_names",
-                                      "type_oids", "type_mods", "key_columns")),
-        values,
-        pa.repeat(pa.scalar(chunk.read_at, SNAPSHOTS_SCHEMA.field("read_at").type), n),
-    ]
-    return pa.Table.from_arrays(arrays, schema=SNAPSHOTS_SCHEMA)
+class SnapshotBuilder:
+    """Turns one backfill's chunks into bronze/snapshots rows (SNAPSHOTS_SCHEMA), columnar.
+
+    Seven columns repeat the table's shape in every row: they are built once for the
+    largest chunk so far and sliced (zero-copy) for each chunk, so chunks whose size
+    varies (wide rows, capped at a byte size) cost no rebuild. One builder per table
+    job: the arrays go away with it.
+    """
+
+    def __init__(self, backfill_id: str) -> None:
+        self.backfill_id = backfill_id
+        self._shape: TableShape | None = None
+        self._repeated: dict[str, pa.Array] = {}
+        self._capacity = 0
+
+    def rows(self, chunk: Chunk, chunk_id: int) -> pa.Table:
+        n, shape = chunk.num_rows, chunk.shape
+        width = len(shape.columns)
+        # Column c's n values, however pyarrow chunked them, sit at [c * n, (c + 1) * n).
+        by_column = pa.concat_arrays([part for column in chunk.rows.columns
+                                      for part in column.chunks] or [pa.array([], pa.string())])
+        offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
+        values = pa.ListArray.from_arrays(offsets, by_column.take(_row_major(n, width)))
+        repeated = self._repeated_columns(shape, n)
+        arrays = [
+            repeated["backfill_id"],
+            pa.repeat(pa.scalar(chunk_id, pa.int64()), n),
+            pa.array(np.arange(n, dtype=np.int64)),
+            *(repeated[name] for name in ("schema_name", "table_name", "columns", "type_names",
+                                          "type_oids", "type_mods", "key_columns")),
+            values,
+            pa.repeat(pa.scalar(chunk.read_at, SNAPSHOTS_SCHEMA.field("read_at").type), n),
+        ]
+        return pa.Table.from_arrays(arrays, schema=SNAPSHOTS_SCHEMA)
+
+    def _repeated_columns(self, shape: TableShape, n: int) -> dict[str, pa.Array]:
+        if shape != self._shape or n > self._capacity:
+            self._shape, self._capacity = shape, n
+            zeros = pa.array(np.zeros(n, dtype=np.int32))
+
+            def repeated(value: object, type_: pa.DataType) -> pa.Array:
+                return pa.array([value], type_).take(zeros)
+
+            self._repeated = {
+                "backfill_id": repeated(self.backfill_id, pa.string()),
+                "schema_name": repeated(shape.schema, pa.string()),
+                "table_name": repeated(shape.name, pa.string()),
+                "columns": repeated(list(shape.columns), _STRING_LISTS),
+                "type_names": repeated(list(shape.type_names), _STRING_LISTS),
+                "type_oids": repeated(list(shape.type_oids), pa.list_(pa.int64())),
+                "type_mods": repeated(list(shape.type_mods), pa.list_(pa.int32())),
+                "key_columns": repeated(list(shape.key_columns), _STRING_LISTS),
+            }
+        return {name: array.slice(0, n) for name, array in self._repeated.items()}
 
 
-# Chunks of one table mostly share their size: the index arrays and the columns that
-# repeat the table's shape are built once and reused (pyarrow arrays are immutable).
-
-
-@lru_cache(maxsize=8)
-def _row_major(n: int, width: int) -> pa.Array:
-    """For output position i = r * width + c: c * n + r, its place in the concatenation."""
-    i = pa.array(range(n * width), pa.int64())
-    row = pc.divide(i, width)  # integer division
-    column = pc.subtract(i, pc.multiply(row, width))
-    return pc.add(pc.multiply(column, n), row)
-
-
-@lru_cache(maxsize=8)
-def _row_offsets(n: int, width: int) -> pa.Array:
-    return pa.array(range(0, n * width + 1, width), pa.int32())
-
-
-@lru_cache(maxsize=8)
-def _row_index(n: int) -> pa.Array:
-    return pa.array(range(n), pa.int64())
-
-
-@lru_cache(maxsize=8)
-def _constant_columns(shape: TableShape, backfill_id: str, n: int) -> dict[str, pa.Array]:
-    zeros = pa.repeat(pa.scalar(0, pa.int32()), n)
-
-    def repeated(value: object, type_: pa.DataType) -> pa.Array:
-        return pa.array([value], type_).take(zeros)
-
-    return {
-        "backfill_id": repeated(backfill_id, pa.string()),
-        "schema_name": repeated(shape.schema, pa.string()),
-        "table_name": repeated(shape.name, pa.string()),
-        "columns": repeated(list(shape.columns), _STRING_LISTS),
-        "type_names": repeated(list(shape.type_names), _STRING_LISTS),
-        "type_oids": repeated(list(shape.type_oids), pa.list_(pa.int64())),
-        "type_mods": repeated(list(shape.type_mods), pa.list_(pa.int32())),
-        "key_columns": repeated(list(shape.key_columns), _STRING_LISTS),
-    }
+def _row_major(n: int, width: int) -> np.ndarray:
+    """For output position r * width + c: c * n + r, its place in the concatenation."""
+    return (np.arange(n, dtype=np.int64)[:, None]
+            + np.arange(width, dtype=np.int64)[None, :] * n).ravel()

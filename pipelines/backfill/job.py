@@ -2,9 +2,10 @@
 
 Three stages, each a thread: the reader emits a chunk's low watermark and runs its
 SELECT (raw CSV; the next cursor comes from the last row), the converter parses it into
-the bronze batch, and the job's own thread commits the batch to bronze, emits the high
-watermark and moves the cursor. So Postgres reads chunk k+1 while chunk k is converted
-and written, and every chunk still goes low -> SELECT -> bronze commit -> high -> cursor.
+the bronze batch, and the job's own thread commits the batch to bronze (with the chunks
+waiting behind it), emits the high watermarks and moves the cursor. So Postgres reads
+chunk k+1 while chunk k is converted and written, and every chunk still goes
+low -> SELECT -> bronze commit -> high -> cursor.
 Windows of neighbouring chunks may overlap in the WAL; silver reconciles each chunk only
 against its own window, and a crash between stages leaves at most a low watermark (or
 rows in bronze) without a high one, which silver never applies.
@@ -22,12 +23,11 @@ from datetime import datetime, timezone
 
 import psycopg
 import pyarrow as pa
-from deltalake import (ColumnProperties, CommitProperties, DeltaTable, WriterProperties,
-                       write_deltalake)
 from deltalake.exceptions import DeltaError
 
+from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.catalog import estimated_rows, key_order, regclass
-from pipelines.backfill.chunk import RawChunk, ShapeCache, read_chunk, snapshot_rows
+from pipelines.backfill.chunk import RawChunk, ShapeCache, SnapshotBuilder, read_chunk
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
 from pipelines.backfill.watermark import emit_watermark
@@ -40,20 +40,13 @@ from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK_BYTES = 16 << 20  # wide rows shrink the chunk (CSV bytes) so memory stays bounded
-CHUNKS_IN_FLIGHT = 3  # read, converted, being written: each stage busy, memory bounded
+MAX_CHUNK_BYTES = 8 << 20  # wide rows shrink the chunk (CSV bytes) so memory stays bounded
+CHUNKS_IN_FLIGHT = 6  # read, converted, waiting, being written: bounded by MAX_CHUNK_BYTES each
+COMMIT_BYTES = 2 * MAX_CHUNK_BYTES  # waiting chunks share a bronze commit up to this size
 CHUNK_ID_BLOCK = 100  # chunk ids reserved per state write (see state.py)
 LOCK_WAIT_SECONDS = 15.0  # a killed backfill's session may take a moment to go away
 APPLICATION_NAME = "lakehouse backfill"
-CURSOR_SAVE_SECONDS = 1.0  # while chunks queue up, persist the cursor at most this often
-# Dictionaries and min/max statistics of the list columns cost half the write time and
-# buy nothing (the repeated column names compress anyway); ids keep statistics so readers
-# can prune files by chunk. LZ4_RAW writes ~25% faster than ZSTD, files ~2x larger.
-BRONZE_WRITER = WriterProperties(
-    compression="LZ4_RAW",
-    default_column_properties=ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE"),
-    column_properties={name: ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")
-                       for name in ("backfill_id", "chunk_id", "schema_name", "table_name")})
+CURSOR_SAVE_SECONDS = 0.25  # persist the cursor at most this often while chunks land
 
 
 @dataclass(frozen=True)
@@ -90,6 +83,11 @@ class _Read:
     cursor: tuple[str, ...] | None
     cursor_columns: tuple[str, ...]
     last: bool
+
+    @property
+    def size(self) -> int:
+        """Bytes of the chunk's values (about its CSV size)."""
+        return self.batch.column("values").nbytes
 
 
 @dataclass(frozen=True)
@@ -279,6 +277,7 @@ class TableBackfill:
                 if chunk.data:
                     limit = max(1, min(self.chunk_size,
                                        MAX_CHUNK_BYTES * chunk.num_rows // len(chunk.data)))
+                del chunk  # the next read must not keep this chunk's CSV alive
             _put(outbox, _STOPPED, halt)
         except BaseException as exc:  # handed down the pipeline to the writer, which raises it
             _put(outbox, _Failed(exc), halt)
@@ -286,54 +285,66 @@ class TableBackfill:
     def _convert_chunks(self, backfill_id: str, inbox: queue.Queue, outbox: queue.Queue,
                         halt: threading.Event) -> None:
         """Stage 2: parse the CSV and build the bronze batch (columnar, GIL mostly free)."""
+        builder = SnapshotBuilder(backfill_id)
         try:
             while (item := _get(inbox, halt)) is not None:
                 if item is _STOPPED or isinstance(item, _Failed):
                     _put(outbox, item, halt)
                     return
                 raw: RawChunk = item.chunk
-                batch = snapshot_rows(raw.parse(), backfill_id, item.chunk_id)
+                batch = builder.rows(raw.parse(), item.chunk_id)
                 _put(outbox, _Read(item.chunk_id, batch, raw.snapshot, item.cursor,
                                    raw.shape.order_columns, item.last), halt)
                 if item.last:
                     return
+                del item, raw, batch  # waiting for the next chunk must not hold this one
         except BaseException as exc:
             _put(outbox, _Failed(exc), halt)
 
     def _write_chunks(self, conn: psycopg.Connection, progress: _Progress,
                       inbox: queue.Queue, halt: threading.Event,
                       slots: threading.Semaphore) -> bool:
-        """Stage 3: bronze commit, high watermark, cursor."""
+        """Stage 3: bronze commit, high watermarks, cursor.
+
+        Chunks that are already waiting when a commit starts share it (each delta-rs
+        commit costs ~5 ms of CPU however small), and their high watermarks follow it in
+        chunk order: each chunk still goes low -> SELECT -> bronze commit -> high.
+        """
         backfill_id = progress.state.backfill_id
-        snapshots = DeltaTable(str(self.layout.bronze_snapshots))  # one per job: not shared
+        snapshots = SnapshotWriter(self.layout.bronze_snapshots, backfill_id, self.table)
         saved = 0.0  # the run's first chunk is always saved: status shows progress at once
-        while (item := _get(inbox, halt)) is not None:
+        pending = None  # an item taken from the inbox that the last group left out
+        while (item := pending or _get(inbox, halt)) is not None:
+            pending = None
             if isinstance(item, _Failed):
                 raise item.error
             if item is _STOPPED:
                 progress.save()
                 return False
-            if item.batch.num_rows:
-                write_deltalake(
-                    snapshots, item.batch, mode="append", writer_properties=BRONZE_WRITER,
-                    commit_properties=CommitProperties(custom_metadata={
-                        "lakehouse.backfill_id": backfill_id,
-                        "lakehouse.chunk_id": str(item.chunk_id),
-                        "lakehouse.table": self.table}))
-            emit_watermark(conn, Watermark(backfill_id, item.chunk_id, self.table, "high",
-                                           item.snapshot))
-            slots.release()
-            # The cursor is saved after every chunk unless the next one is already waiting
-            # (then at most every CURSOR_SAVE_SECONDS): a crash re-reads a little more,
-            # under new chunk ids, instead of every chunk paying for a Delta commit.
-            persist = (item.last or inbox.empty()
-                       or time.monotonic() - saved >= CURSOR_SAVE_SECONDS)
-            progress.chunk_done(item, persist)
-            if persist:
-                saved = time.monotonic()
-            self.display.advance(self.table, item.batch.num_rows)
-            if item.last:
-                return True
+            group, size = [item], item.size
+            while not group[-1].last and (waiting := _waiting(inbox)) is not None:
+                if not isinstance(waiting, _Read) or size + waiting.size > COMMIT_BYTES:
+                    pending = waiting  # handled after this group, or opens the next one
+                    break
+                group.append(waiting)
+                size += waiting.size
+            snapshots.append([(read.chunk_id, read.batch) for read in group])
+            for read in group:
+                emit_watermark(conn, Watermark(backfill_id, read.chunk_id, self.table, "high",
+                                               read.snapshot))
+                slots.release()
+                # The cursor is saved after the first chunk, then at most every
+                # CURSOR_SAVE_SECONDS (the run's end saves the last): a crash re-reads a
+                # little more, under new chunk ids, instead of every chunk paying for a
+                # commit of the state table.
+                persist = time.monotonic() - saved >= CURSOR_SAVE_SECONDS
+                progress.chunk_done(read, persist)
+                if persist:
+                    saved = time.monotonic()
+                self.display.advance(self.table, read.batch.num_rows)
+                if read.last:
+                    return True
+            del item, group, read  # the reader may fill the freed slots while this loop waits
         raise RuntimeError("backfill pipeline halted")  # unreachable: halt is set on exit
 
     def _mark_failed(self, progress: _Progress, error: str) -> None:
@@ -360,6 +371,14 @@ def _put(outbox: queue.Queue, item: object, halt: threading.Event) -> None:
             return
         except queue.Full:
             pass
+
+
+def _waiting(inbox: queue.Queue) -> object | None:
+    """The next item if one is already queued, else None."""
+    try:
+        return inbox.get_nowait()
+    except queue.Empty:
+        return None
 
 
 def _get(inbox: queue.Queue, halt: threading.Event) -> object | None:
