@@ -468,7 +468,7 @@ def same_rows(silver: Path, other: Path) -> bool:
 
 
 STEPS = {  # request label prefix -> column of the breakdown
-    "scan.": "scan", "apply._staged": "stage", "types.cast_failures": "check",
+    "scan.": "scan", "apply._staged": "stage", "types.failures_of": "check",
     "MERGE INTO silver": "merge", "MERGE INTO tombstones": "tombstones",
 }
 

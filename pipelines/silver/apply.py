@@ -1,8 +1,9 @@
 """One table's silver batch: from its new bronze rows to MERGE statements.
 
 bronze rows -> text events -> key changes expanded -> backfill chunks reconciled ->
-unchanged TOAST filled -> newest event per key above the truncate floor -> staged ->
-typed (validated) -> cast to the silver schema -> MERGE into silver, then into its
+unchanged TOAST filled -> newest event per key above the truncate floor -> typed and cast
+to the silver schema (values that cannot be typed kept aside) -> stale events marked ->
+staged -> checked -> tables created or evolved -> MERGE into silver, then into its
 tombstones.
 
 Tables are read, created and merged into through their TableRef (pipelines.catalog): a
@@ -35,14 +36,15 @@ from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
 from pipelines.silver.merge import (
-    add_columns_merge_sql, drop_stale_events, floor_merge_sql, silver_merge_sql,
+    STALE, add_columns_merge_sql, floor_merge_sql, mark_stale_events, silver_merge_sql,
     tombstone_merge_sql)
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.reconcile import WINDOW_SCHEMA, reconcile_chunks, window_rows
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import SourceColumn, TableShape
 from pipelines.silver.toast import fill_from_old_key_rows
-from pipelines.silver.types import check_typed, spark_type, typed_columns, typed_value
+from pipelines.silver.types import (
+    check_failures, failures_of, spark_type, typed_columns, typed_value, with_failed_texts)
 from pipelines.silver.watermarks import ChunkWindow, Position, invisible_to_snapshot
 
 log = logging.getLogger(__name__)
@@ -185,51 +187,60 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     # A reconciled chunk row that a window change dropped leaves every column it does not
     # supply unchanged; otherwise only what the bronze rows list can be unchanged.
     toast = None if table.windows else [c for c in value_columns(shape) if c in table.unchanged]
-    latest = _staged(run, latest_events(batch_events(run, table, shape, before.position, upto),
-                                        shape, floor, toast), shape, "events")
-    check_typed(latest, shape)  # a value that cannot be typed stops the table
-    typed = typed_columns(latest, shape.columns, table=shape.qualified_name)
+    events = latest_events(batch_events(run, table, shape, before.position, upto), shape,
+                           floor, toast)
+    typed = typed_columns(with_failed_texts(events, shape.columns), shape.columns,
+                          table=shape.qualified_name)
 
+    # Plan the schemas without touching a table: nothing changes before the check.
     batch_fields = [StructField(c.name, spark_type(c), True) for c in shape.columns]
-    created = _ensure_table(run, silver, StructType(batch_fields + list(METADATA_FIELDS)),
-                            replace_tables)
-    target = run.read(silver).schema
+    silver_exists = not replace_tables and run.exists(silver)
+    target = (run.read(silver).schema if silver_exists
+              else StructType(batch_fields + list(METADATA_FIELDS)))
     plan = plan_schema(shape.qualified_name, target, batch_fields)
-    _evolve(run, silver, target, plan)
     final = plan.final_schema(target)
     types = {f.name: f.dataType for f in final.fields}
-    mark_schema = StructType([StructField(k, types[k], True) for k in keys]
-                             + list(METADATA_FIELDS))
-    _ensure_table(run, marks, mark_schema, replace_tables)
-    marked = run.read(marks).schema
-    marked_keys = [n for n in marked.names if n not in (LSN, CHANGE_INDEX, COMMIT_TS)]
-    if marked_keys != keys:
-        raise DataError(f"{shape.qualified_name}: the primary key changed from "
-                        f"{marked_keys} to {keys}; rebuild the table from bronze with "
-                        f"`lakehouse silver --rebuild {shape.qualified_name}`")
-    _evolve(run, marks, marked,
-            SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
+    marks_exist = not replace_tables and run.exists(marks)
+    if marks_exist:
+        marked = run.read(marks).schema
+        marked_keys = [n for n in marked.names if n not in (LSN, CHANGE_INDEX, COMMIT_TS)]
+        if marked_keys != keys:
+            raise DataError(f"{shape.qualified_name}: the primary key changed from "
+                            f"{marked_keys} to {keys}; rebuild the table from bronze with "
+                            f"`lakehouse silver --rebuild {shape.qualified_name}`")
 
     carried = [c.name for c in shape.columns]
-    base = typed.select(*(col(n).cast(types[n]).alias(n) if n in types else col(n)
-                          for n in typed.columns))
-    source = base
-    if table.moved and not created:
+    source = typed.select(*(col(n).cast(types[n]).alias(n) if n in types else col(n)
+                            for n in typed.columns))
+    if table.moved and silver_exists:
         old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
                                struct_field(F.col(OLD_KEY), k)).cast(types[k])
                    for k in keys for c in shape.columns if c.name == k]
         source = fill_from_old_key_rows(source, run.read(silver), old_key, keys,
                                         [c for c in value_columns(shape) if c in target.names])
-    source = source.select(*(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP,
-                                             UNCHANGED]))
-    # Staged again, so the MERGE joins the silver table with a plain scan (on Sail a
-    # MERGE whose source is itself a join runs markedly slower).
-    _staged(run, drop_stale_events(source, run.read(marks), keys), shape, "source") \
+    # Staged once (Parquet): the check and both MERGE statements read plain files instead
+    # of re-running the batch's plan, and see the same events (on Sail a MERGE whose
+    # source is itself a join also runs markedly slower).
+    staged = _staged(run, mark_stale_events(source, run.read(marks) if marks_exist else None,
+                                            keys), shape)
+    check_failures(shape, failures_of(staged, shape.columns))  # stops the table
+
+    _ensure_table(run, silver, StructType(batch_fields + list(METADATA_FIELDS)),
+                  replace_tables)
+    _evolve(run, silver, target, plan)
+    mark_schema = StructType([StructField(k, types[k], True) for k in keys]
+                             + list(METADATA_FIELDS))
+    if not _ensure_table(run, marks, mark_schema, replace_tables):
+        _evolve(run, marks, run.read(marks).schema,
+                SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
+
+    staged.filter(~F.col(STALE)).select(
+        *(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED])) \
         .createOrReplaceTempView(SOURCE_VIEW)
     run.spark.sql(silver_merge_sql(silver.sql, SOURCE_VIEW, keys, final.names, carried,
                                    floor if floor_moved else None, toast)).collect()
 
-    base.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
+    staged.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
         .createOrReplaceTempView(SOURCE_VIEW)
     expire = (newest_commit_micros - run.retention // timedelta(microseconds=1)
               if newest_commit_micros is not None else None)
@@ -248,12 +259,10 @@ def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
         run.spark.sql(floor_merge_sql(target.sql, SOURCE_VIEW, floor)).collect()
 
 
-def _staged(run: SilverContext, frame: DataFrame, shape: TableShape, part: str) -> DataFrame:
-    """Materialize a step of the batch (Parquet, overwritten by the next run): the check
-    and both MERGE statements then read a few rows instead of re-running the reconcile
-    plan, and are sure to see the same events."""
-    path = str(run.layout.state(STAGING) / shape.schema / shape.table / part)
-    frame = frame.drop(XID)
+def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
+    """Materialize the batch's typed events (Parquet, overwritten by the next run)."""
+    path = str(run.layout.state(STAGING) / shape.schema / shape.table)
+    frame = frame.drop(XID, OLD_KEY)
     frame.write.mode("overwrite").parquet(path)
     return run.spark.read.schema(frame.schema).parquet(path)
 

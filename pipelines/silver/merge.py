@@ -8,8 +8,8 @@ changes only for an event at a higher position, so replays and re-runs are no-op
     delete newer than row  -> delete row      upsert newer than tombstone -> drop it
     truncate floor         -> drop rows <= it  floor / retention           -> drop old ones
 
-Events older than a key's tombstone are filtered out of the source before the silver
-MERGE (`drop_stale_events`). The silver MERGE runs first: if the job stops between the
+Events not newer than a key's tombstone are left out of the silver MERGE's source
+(`mark_stale_events`). The silver MERGE runs first: if the job stops between the
 two statements, the re-run sees the old tombstones, decides the same, and finishes.
 
 `target` is a table as Spark SQL names it (TableRef.sql, pipelines.catalog): a Delta path
@@ -26,6 +26,8 @@ from pyspark.sql import functions as F
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
 from pipelines.silver.watermarks import Position
+
+STALE = "_cdc_stale"
 
 
 def _newer(source: str = "s", target: str = "t") -> str:
@@ -126,15 +128,15 @@ def _string(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def drop_stale_events(events: DataFrame, tombstones: DataFrame | None,
+def mark_stale_events(events: DataFrame, tombstones: DataFrame | None,
                       keys: Sequence[str]) -> DataFrame:
-    """Events not newer than their key's tombstone: a stale or replayed event must not
-    resurrect a deleted row."""
+    """`events` plus STALE: not newer than the key's tombstone. A stale or replayed event
+    must not resurrect a deleted row, so the silver MERGE leaves stale events out."""
     if tombstones is None:
-        return events
+        return events.withColumn(STALE, F.lit(False))
     marks = tombstones.select(*(col(k) for k in keys), F.col(LSN).alias("_cdc_t_lsn"),
                               F.col(CHANGE_INDEX).alias("_cdc_t_ci"))
     newer = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.col("_cdc_t_lsn"), F.col("_cdc_t_ci"))
+    stale = F.col("_cdc_t_lsn").isNotNull() & ~newer
     return (events.join(marks, list(keys), "left")
-            .filter(F.col("_cdc_t_lsn").isNull() | newer)
-            .select(*(col(c) for c in events.columns)))
+            .select(*(col(c) for c in events.columns), stale.alias(STALE)))

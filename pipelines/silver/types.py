@@ -11,7 +11,9 @@ null must never hide a bad value (DESIGN.md portability rule 4), validate before
 or both at once: `typed = typed_table(df, shape)`. The check reads `df` once more than
 the write does (no cache: DESIGN.md rule 7) and recomputes the typing inside one
 aggregate. `cast_failures` returns the failures instead of raising; `typed_value` types
-one text Column (e.g. an element of bronze `values`).
+one text Column (e.g. an element of bronze `values`). A job that materializes the typed
+rows anyway types once: `with_failed_texts` keeps each value that fails beside them, and
+`check_failures(shape, failures_of(written, shape.columns))` reads only those.
 
 Every parser first checks the exact shape Postgres renders (a regex) and only then uses
 `try_cast`: the engines' casts accept other input, silently and not always alike (both
@@ -273,29 +275,48 @@ class CastFailure:
                 f"{_hint(self.column, self.example)}")
 
 
-def cast_failures(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFailure]:
-    """Values that typing would turn into null, per column; ONE aggregate action."""
+FAILED = "_cdc_failed_"  # prefix of the columns with_failed_texts adds
+
+
+def with_failed_texts(df: DataFrame, columns: Sequence[SourceColumn]) -> DataFrame:
+    """`df` plus, for the i-th column whose typing can fail, `_cdc_failed_<i>`: its text
+    where typing turns a non-null value into null, else null."""
     _check_text_columns(df, columns)
+    failed = []
+    for i, column in enumerate(c for c in columns if _can_fail(c)):
+        text = _col(column.name)
+        bad = text.isNotNull() & typed_value(column, text).isNull()
+        failed.append(F.when(bad, text).alias(f"{FAILED}{i}"))
+    return df.select("*", *failed)
+
+
+def failures_of(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFailure]:
+    """The failures `with_failed_texts` recorded in `df`; ONE aggregate action."""
     checked = [c for c in columns if _can_fail(c)]
     if not checked:
         return []
-    aggregates = []
-    for i, column in enumerate(checked):
-        text = _col(column.name)
-        bad = text.isNotNull() & typed_value(column, text).isNull()
-        aggregates += [F.count(F.when(bad, F.lit(1))).alias(f"n{i}"),
-                       F.min(F.when(bad, text)).alias(f"e{i}")]
-    row = df.agg(*aggregates).collect()[0]
+    failed = [F.col(f"{FAILED}{i}") for i in range(len(checked))]
+    row = df.agg(*(F.count(f).alias(f"n{i}") for i, f in enumerate(failed)),
+                 *(F.min(f).alias(f"e{i}") for i, f in enumerate(failed))).collect()[0]
     return [CastFailure(column, row[f"n{i}"], row[f"e{i}"])
             for i, column in enumerate(checked) if row[f"n{i}"]]
 
 
-def check_typed(df: DataFrame, shape: TableShape) -> None:
-    """Raise DataError if a non-null text value of `df` cannot be typed; one action."""
-    failures = cast_failures(df, shape.columns)
+def cast_failures(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFailure]:
+    """Values that typing would turn into null, per column; ONE aggregate action."""
+    return failures_of(with_failed_texts(df, columns), columns)
+
+
+def check_failures(shape: TableShape, failures: Sequence[CastFailure]) -> None:
+    """Raise DataError naming every column with values that cannot be typed."""
     if failures:
         raise DataError(f"{shape.qualified_name}: cannot type source values: "
                         + "; ".join(f.describe() for f in failures))
+
+
+def check_typed(df: DataFrame, shape: TableShape) -> None:
+    """Raise DataError if a non-null text value of `df` cannot be typed; one action."""
+    check_failures(shape, cast_failures(df, shape.columns))
 
 
 def typed_table(df: DataFrame, shape: TableShape) -> DataFrame:

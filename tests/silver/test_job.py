@@ -195,3 +195,22 @@ def test_a_truncate_without_columns_still_empties_the_table(sail, lake, config):
     lake.append_changes([ITEMS.insert(12, 0, id=1, name="back")])
     run_silver(config, sail)
     assert items(sail, lake.root) == [(1, "back", None)]
+
+
+def test_a_value_that_cannot_be_typed_stops_the_table_before_anything_is_written(
+        sail, lake, config):
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"),
+                         MEMBERS.insert(10, 1, project="p1", member=1, role="x")])  # bad int4
+    first = run_silver(config, sail)
+    assert [t.table for t in first.failed] == ["public.members"]
+    assert "column project (int4): 1 value(s) cannot be typed as int, e.g. 'p1'" \
+        in first.failed[0].error
+    assert not (lake.root / "silver/public/members").exists()  # not even created
+    before = versions(lake.root)
+
+    lake.append_changes([ITEMS.update(11, 0, id=1, name="b"), ITEMS.insert(11, 1, id="2x")])
+    second = run_silver(config, sail)
+    assert {t.table for t in second.failed} == {"public.items", "public.members"}
+    assert items(sail, lake.root) == [(1, "a", None)]  # the good update waits with the bad
+    changed = {k for k, v in versions(lake.root).items() if before.get(k) != v}
+    assert changed == {"bronze/changes", "_state/silver_progress"}  # only the error recorded
