@@ -617,9 +617,9 @@ def report(builds: list[dict], results: list[dict]) -> None:
             f"{dc['removed']} of {dc['files'] - dc['added'] + dc['removed']}",
             f"{r['silver_load'][0]:.1f}-{r['silver_load'][1]:.1f}", str(r["equal"])])
     print("\n" + table(rows))
-    print("\nstage: bronze -> events -> TOAST fill -> latest per key, then typed and stale "
-          "events dropped, each written to staging Parquet (apply._staged); merge: the MERGE "
-          "INTO the silver table; other: scan, type check, tombstone MERGE, progress, catalog. "
+    print("\nstage: bronze -> events -> TOAST fill -> latest per key -> typed, stale events "
+          "marked, written to the staging Parquet (apply._staged); merge: the MERGE INTO the "
+          "silver table; other: scan, type check, tombstone MERGE, progress, catalog. "
           "changes/s: bronze changes per second. Sail MERGE alone: the same MERGE statement "
           "of delta-rs's source rows (x: its ratio to delta-rs).")
 

@@ -188,7 +188,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     # supply unchanged; otherwise only what the bronze rows list can be unchanged.
     toast = None if table.windows else [c for c in value_columns(shape) if c in table.unchanged]
     events = latest_events(batch_events(run, table, shape, before.position, upto), shape,
-                           floor, toast)
+                           floor, toast, moved_rows=table.moved)
     typed = typed_columns(with_failed_texts(events, shape.columns), shape.columns,
                           table=shape.qualified_name)
 

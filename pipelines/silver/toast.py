@@ -45,13 +45,16 @@ def _resolve(events: DataFrame, columns: Sequence[str], found: dict[str, Column]
                            for n in events.columns))
 
 
-def fill_unchanged_toast(events: DataFrame, keys: Sequence[str],
-                         columns: Sequence[str]) -> DataFrame:
+def fill_unchanged_toast(events: DataFrame, keys: Sequence[str], columns: Sequence[str],
+                         moved_rows: bool = True) -> DataFrame:
     """Fill unchanged columns from the latest earlier event of the row, in two passes.
 
     1. Moved rows (key-changing updates) look at the old key's earlier events.
     2. Every other row looks at its own key's earlier events; a moved row whose value is
        still unknown passes its old key on, so the value can come from that silver row.
+
+    moved_rows=False promises that no event has an old key: the first pass, a window
+    over the whole batch, is skipped.
     """
     if not keys:
         raise ValueError("fill_unchanged_toast needs at least one key column")
@@ -59,7 +62,6 @@ def fill_unchanged_toast(events: DataFrame, keys: Sequence[str],
         return events
     old_key = F.col(OLD_KEY)
     moved = old_key.isNotNull()
-    fill_key = [F.coalesce(field(old_key, k), col(k)) for k in keys]
     no_source = F.when(F.lit(False), old_key)  # a null of the old key's struct type
 
     def known(c: str) -> Column:  # what an event tells about column c, or null
@@ -67,10 +69,11 @@ def fill_unchanged_toast(events: DataFrame, keys: Sequence[str],
                                                     no_source.alias("from")))
                 .when(~_unchanged(c), F.struct(col(c).alias("v"), no_source.alias("from"))))
 
-    first = _ordered(fill_key)
-    from_old_key = {c: F.last(F.when(~moved, known(c)), ignorenulls=True).over(first)
-                    for c in columns}
-    events = _resolve(events, columns, from_old_key, moved)
+    if moved_rows:
+        first = _ordered([F.coalesce(field(old_key, k), col(k)) for k in keys])
+        from_old_key = {c: F.last(F.when(~moved, known(c)), ignorenulls=True).over(first)
+                        for c in columns}
+        events = _resolve(events, columns, from_old_key, moved)
 
     second = _ordered([col(k) for k in keys])
 
@@ -80,8 +83,8 @@ def fill_unchanged_toast(events: DataFrame, keys: Sequence[str],
         barrier = F.struct(F.lit(None).cast("string").alias("v"), old_key.alias("from"))
         return F.when(moved & (F.col(OP) == UPSERT) & _unchanged(c), barrier).otherwise(known(c))
 
-    from_own_key = {c: F.last(known_or_barrier(c), ignorenulls=True).over(second)
-                    for c in columns}
+    seen = known_or_barrier if moved_rows else known
+    from_own_key = {c: F.last(seen(c), ignorenulls=True).over(second) for c in columns}
     return _resolve(events, columns, from_own_key, ~moved)
 
 

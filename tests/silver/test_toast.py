@@ -71,3 +71,22 @@ def test_a_moved_row_takes_unchanged_values_from_its_old_key(spark):
     ], EVENTS)
     actual = events.transform(lambda df: fill_unchanged_toast(df, ["id"], COLUMNS))
     assert_frames(actual, expected, ["id", "_lsn"])
+
+
+def test_without_moved_rows_the_single_pass_fills_the_same(spark):
+    events = spark.createDataFrame([
+        ("1", "a", "D1", 10, 0, "upsert", [], None),
+        ("1", "b", None, 11, 0, "upsert", ["doc"], None),
+        ("2", None, None, 10, 1, "delete", [], None),
+        ("2", "c", None, 12, 0, "upsert", ["doc"], None),
+    ], EVENTS)
+    expected = spark.createDataFrame([
+        ("1", "a", "D1", 10, 0, "upsert", [], None),
+        ("1", "b", "D1", 11, 0, "upsert", [], None),
+        ("2", None, None, 10, 1, "delete", [], None),
+        ("2", "c", None, 12, 0, "upsert", [], None),  # deleted before: NULL, not unchanged
+    ], EVENTS)
+    for moved_rows in (True, False):
+        actual = events.transform(
+            lambda df: fill_unchanged_toast(df, ["id"], COLUMNS, moved_rows=moved_rows))
+        assert_frames(actual, expected, ["id", "_lsn"])
