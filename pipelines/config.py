@@ -56,7 +56,7 @@ class IngestConfig:
 class BackfillConfig:
     """DBLog snapshot chunking."""
 
-    chunk_size: int = 20_000
+    chunk_size: int = 50_000
     parallel: int = 1
 
 

@@ -28,7 +28,7 @@ def test_good_file_loads_into_dataclasses(tmp_path):
     assert config.source.tables == ("public.users", "public.time_entries")
     assert config.lake.path == (tmp_path / "lake").resolve()
     assert config.ingest.batch_rows == 1000 and config.ingest.batch_seconds == 0.5
-    assert config.backfill.chunk_size == 20_000  # default kept
+    assert config.backfill.chunk_size == 50_000  # default kept
     with pytest.raises(AttributeError):
         config.engine = "spark"  # frozen
 

@@ -29,7 +29,7 @@ def add_parser(verbs: Any) -> None:
                         help="schema.table to backfill (default: every configured table "
                         "not backfilled yet)")
     parser.add_argument("--chunk-size", type=int, metavar="N",
-                        help="rows per chunk (default: backfill.chunk_size, 20000)")
+                        help="rows per chunk (default: backfill.chunk_size, 50000)")
     parser.add_argument("--restart", action="store_true",
                         help="start over with a new backfill id, also for finished tables")
     parser.add_argument("--parallel", type=int, metavar="N",

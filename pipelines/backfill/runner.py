@@ -32,7 +32,7 @@ class BackfillOptions:
     """What to backfill and how (CLI flags over config.backfill)."""
 
     tables: tuple[str, ...] = ()  # empty: every configured table
-    chunk_size: int = 20_000
+    chunk_size: int = 50_000
     restart: bool = False
     parallel: int = 1
 
