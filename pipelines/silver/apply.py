@@ -123,9 +123,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     chunk_rows = _chunk_rows(run, table)
     if chunk_rows is None:
         return events
-    newest_high = max(w.high for w in table.windows)
-    history = (rows.filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
-               .filter(window_candidates(table.windows)))
+    history = _window_history(run, table)
     window_changes = (changes_to_events(history, shape)
                       .transform(lambda df: expand_key_changes(df, keys)))
     truncates = history.filter(F.col("op") == OP_TRUNCATE).select(
@@ -135,6 +133,29 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     chunks = reconcile_chunks(snapshot_rows(chunk_rows, shape), windows, window_changes,
                               truncates, keys, [c.name for c in shape.columns])
     return events.unionByName(chunks)
+
+
+def _window_history(run: SilverContext, table: TableScan) -> DataFrame:
+    """The table's bronze rows that may fall in the window of a chunk it applies."""
+    newest_high = max(w.high for w in table.windows)
+    return (_table_rows(run, table).filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
+            .filter(window_candidates(table.windows)))
+
+
+def _toast_columns(run: SilverContext, table: TableScan, shape: TableShape) -> list[str] | None:
+    """The columns an event of the batch may leave unchanged (None: any value column).
+
+    Changes leave unchanged what their bronze rows list (`TableScan.unchanged`). A chunk
+    row that a window change dropped survives only to supply a value some window change
+    left unchanged, and then leaves every column it does not supply unchanged: one small
+    action asks whether any window change left a column unchanged at all.
+    """
+    listed = [c for c in value_columns(shape) if c in table.unchanged]
+    if not table.windows or not run.maintenance.exists(run.layout.bronze_snapshots):
+        return listed
+    partial = _window_history(run, table).filter(
+        F.size(F.coalesce(F.col("unchanged_toast"), F.array())) > 0)
+    return None if partial.select("commit_lsn").limit(1).collect() else listed
 
 
 def window_candidates(windows: Sequence[ChunkWindow]) -> Column:
@@ -184,9 +205,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         return Applied(floor)
     keys = list(shape.key_columns)
 
-    # A reconciled chunk row that a window change dropped leaves every column it does not
-    # supply unchanged; otherwise only what the bronze rows list can be unchanged.
-    toast = None if table.windows else [c for c in value_columns(shape) if c in table.unchanged]
+    toast = _toast_columns(run, table, shape)
     events = latest_events(batch_events(run, table, shape, before.position, upto), shape,
                            floor, toast, moved_rows=table.moved)
     typed = typed_columns(with_failed_texts(events, shape.columns), shape.columns,

@@ -214,3 +214,29 @@ def test_a_value_that_cannot_be_typed_stops_the_table_before_anything_is_written
     assert items(sail, lake.root) == [(1, "a", None)]  # the good update waits with the bad
     changed = {k for k, v in versions(lake.root).items() if before.get(k) != v}
     assert changed == {"bronze/changes", "_state/silver_progress"}  # only the error recorded
+
+
+@pytest.mark.parametrize("toast_in_window, filled", [(False, []), (True, None)])
+def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unchanged(
+        sail, lake, config, monkeypatch, toast_in_window, filled):
+    from pipelines.silver import apply
+
+    seen = []
+
+    def spy(events, shape, floor=None, toast_columns=None, moved_rows=True):
+        seen.append(toast_columns)
+        return latest_events(events, shape, floor, toast_columns, moved_rows)
+
+    latest_events = apply.latest_events
+    monkeypatch.setattr(apply, "latest_events", spy)
+    window_update = (ITEMS.update(19, 0, id=101, name="new", unchanged=["doc"], xid=93)
+                     if toast_in_window else
+                     ITEMS.update(19, 0, id=101, name="new", doc="P101b", xid=93))
+    lake.append_changes([ITEMS.watermark(18, 0, "b1", 1, "low"), window_update,
+                         ITEMS.watermark(20, 0, "b1", 1, "high", SNAP)])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, 0, id=100, name="old", doc="P100"),
+                           ITEMS.chunk_row("b1", 1, 1, id=101, name="stale", doc="P101")])
+    run_silver(config, sail)
+    assert seen == [filled]
+    assert items(sail, lake.root) == [
+        (100, "old", "P100"), (101, "new", "P101" if toast_in_window else "P101b")]
