@@ -16,8 +16,8 @@ from pipelines.errors import ConfigError, SourceError
 
 
 @dataclass(frozen=True)
-class TableShape:
-    """The columns, types and key of one table as the backfill reads it."""
+class SourceTable:
+    """One source table as the backfill reads it: columns, types, key, keyset order."""
 
     schema: str
     name: str
@@ -47,7 +47,7 @@ def regclass(table: str) -> str:
     return ".".join('"' + part.replace('"', '""') + '"' for part in table.split(".", 1))
 
 
-def table_shape(conn: psycopg.Connection, table: str, publication: str) -> TableShape:
+def table_shape(conn: psycopg.Connection, table: str, publication: str) -> SourceTable:
     """Read the table's published columns and key; the table must be in the publication."""
     schema, name = table.split(".", 1)
     published = conn.execute(
@@ -74,7 +74,7 @@ def table_shape(conn: psycopg.Connection, table: str, publication: str) -> Table
         raise SourceError(f"table {table}: key column(s) {', '.join(missing)} are not "
                           "published (generated, or left out of the publication's column "
                           "list); silver could not merge by key")
-    return TableShape(
+    return SourceTable(
         schema=schema, name=name, columns=columns,
         type_names=tuple(r[1] for r in rows), type_oids=tuple(r[2] for r in rows),
         type_mods=tuple(r[3] for r in rows), sql_types=tuple(r[4] for r in rows),

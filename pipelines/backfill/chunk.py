@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import pq, sql
 
-from pipelines.backfill.catalog import TableShape, shape_fingerprint, table_shape
+from pipelines.backfill.catalog import SourceTable, shape_fingerprint, table_shape
 from pipelines.bronze.watermarks import Snapshot
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 
@@ -32,7 +32,7 @@ _STRING_LISTS = pa.list_(pa.string())
 class RawChunk:
     """What one chunk's SELECT returned, still as Postgres CSV."""
 
-    shape: TableShape
+    shape: SourceTable
     data: bytearray
     num_rows: int
     last_key: tuple[str, ...] | None  # in keyset (index) order: the next chunk starts after it
@@ -47,7 +47,7 @@ class RawChunk:
 class Chunk:
     """A chunk's rows as text columns in table column order."""
 
-    shape: TableShape
+    shape: SourceTable
     rows: pa.Table  # one pa.string() column per shape column; null = SQL NULL
     read_at: datetime
 
@@ -63,9 +63,9 @@ class ShapeCache:
         self.table = table
         self.publication = publication
         self._fingerprint: str | None = None
-        self._shape: TableShape | None = None
+        self._shape: SourceTable | None = None
 
-    def current(self, conn: psycopg.Connection) -> TableShape:
+    def current(self, conn: psycopg.Connection) -> SourceTable:
         fingerprint = shape_fingerprint(conn, self.table)
         if self._shape is None or fingerprint != self._fingerprint:
             self._shape = table_shape(conn, self.table, self.publication)
@@ -107,7 +107,7 @@ def take_snapshot(conn: psycopg.Connection) -> tuple[Snapshot, datetime]:
     return Snapshot(int(xmin), int(xmax), tuple(sorted(int(x) for x in xip))), now
 
 
-def chunk_statement(shape: TableShape, after: tuple[str, ...] | None, limit: int) -> sql.Composed:
+def chunk_statement(shape: SourceTable, after: tuple[str, ...] | None, limit: int) -> sql.Composed:
     """The keyset COPY: WHERE (k1, k2) > (v1::t1, v2::t2) ORDER BY k1, k2 LIMIT n."""
     if limit < 1:
         raise ValueError(f"chunk limit must be positive, got {limit}")
@@ -212,7 +212,7 @@ class SnapshotBuilder:
 
     def __init__(self, backfill_id: str) -> None:
         self.backfill_id = backfill_id
-        self._shape: TableShape | None = None
+        self._shape: SourceTable | None = None
         self._repeated: dict[str, pa.Array] = {}
         self._capacity = 0
 
@@ -236,7 +236,7 @@ class SnapshotBuilder:
         ]
         return pa.Table.from_arrays(arrays, schema=SNAPSHOTS_SCHEMA)
 
-    def _repeated_columns(self, shape: TableShape, n: int) -> dict[str, pa.Array]:
+    def _repeated_columns(self, shape: SourceTable, n: int) -> dict[str, pa.Array]:
         if shape != self._shape or n > self._capacity:
             self._shape, self._capacity = shape, n
             zeros = pa.array(np.zeros(n, dtype=np.int32))
