@@ -25,19 +25,20 @@ from tests.ingest.conftest import bronze, cli
 pytestmark = pytest.mark.postgres
 
 
-def workload(dsn: str, stop: threading.Event, seed: int) -> int:
-    """Small transactions of inserts, updates, deletes; survives a server restart."""
+def workload(dsn: str, stop: threading.Event, seed: int, changes: tuple[int, int] = (1, 20),
+             name: str = "v0") -> int:
+    """Transactions of inserts, updates, deletes; survives a server restart."""
     rng = random.Random(seed)
     next_id, commits = 1, 0
     while not stop.is_set():
         try:
             with psycopg.connect(dsn) as conn:
                 while not stop.is_set():
-                    for _ in range(rng.randint(1, 20)):
+                    for _ in range(rng.randint(*changes)):
                         choice = rng.random()
                         if choice < 0.6 or next_id < 10:
-                            conn.execute("INSERT INTO items (id, name) VALUES (%s, 'v0')",
-                                         (next_id,))
+                            conn.execute("INSERT INTO items (id, name) VALUES (%s, %s)",
+                                         (next_id, name))
                             next_id += 1
                         elif choice < 0.9:
                             conn.execute("UPDATE items SET name = md5(random()::text) "
@@ -173,3 +174,54 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
     rows = bronze(source)
     assert [r["change_index"] for r in rows] == list(range(30000))
     assert [int(r["values"][0]) for r in rows] == list(range(1, 30001))
+
+
+def test_sigkill_while_large_transactions_stream_in(source, pg_server, tmp_path):
+    """Transactions past logical_decoding_work_mem stream in (protocol v2) and become
+    bronze files before their commit; kills land between files, before and after their
+    commit, and in replays that land through the batch path."""
+    dsn = source.source.dsn
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+        conn.execute("SELECT pg_reload_conf()")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('reference', 'pgoutput')")
+    config_path = tmp_path / "lakehouse.yml"
+    config_path.write_text(yaml.safe_dump({
+        "source": {"dsn": dsn, "tables": ["public.items", "public.members"]},
+        "lake": {"path": str(source.lake.path)},
+        "ingest": {"batch_rows": 300, "batch_seconds": 0.05, "spill_rows": 100}}))
+
+    stop = threading.Event()
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(
+        commits=workload(dsn, stop, 3, changes=(200, 1500), name="v" * 200)))
+    worker.start()
+    rng = random.Random(4)
+    try:
+        for _ in range(6):
+            proc = cli(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.8, 2.0))
+            assert proc.poll() is None, proc.stderr.read().decode()
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        stop.set()
+        worker.join(30)
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
+            conn.execute("SELECT pg_reload_conf()")
+    final = cli(config_path, "-q", "ingest", "--until-idle", "1.5", stderr=subprocess.PIPE)
+    assert final.wait(120) == 0, final.stderr.read().decode()
+
+    with psycopg.connect(dsn) as conn:
+        streamed = conn.execute("SELECT stream_txns FROM pg_stat_replication_slots "
+                                "WHERE slot_name = 'lakehouse'").fetchone()[0]
+    expected = reference_positions(dsn)
+    landed = bronze(source)
+    actual = [(r["commit_lsn"], r["change_index"], r["op"],
+               tuple(r["values"]) if r["op"] != "delete" else (r["old_values"][0],))
+              for r in landed]
+    assert streamed > 5 and result["commits"] > 5
+    assert actual == expected
