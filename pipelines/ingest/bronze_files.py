@@ -112,8 +112,32 @@ def write_pending(directory: Path, records: pa.Table, first_index: int,
     return PendingFile(path, rows, first_index, _statistics(table))
 
 
+def can_patch_in_place(directory: Path) -> bool:
+    """Whether files in `directory` can be overwritten in place. FUSE mounts such as a
+    Databricks volume may not seek while writing; there a streamed transaction's files
+    are read back at its commit and landed like any other (never patched)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / f".lakehouse-probe-{uuid.uuid4()}"
+    try:
+        probe.write_bytes(bytes(16))
+        with open(probe, "r+b") as file:
+            file.seek(8)
+            file.write(_PLACEHOLDER_BYTES)
+        return probe.read_bytes() == bytes(8) + _PLACEHOLDER_BYTES
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def _patch(file, chunk: pq.ColumnChunkMetaData, value: int) -> None:
-    """Overwrite the placeholder in one column chunk: found exactly once, or fail."""
+    """Overwrite the placeholder in one column chunk: found exactly once, or fail.
+
+    Statistics in the footer would keep the placeholder (and let readers skip the file
+    by it), so a chunk that has any is refused too."""
+    if chunk.is_stats_set:
+        raise RuntimeError(f"{file.name}: {chunk.path_in_schema} has statistics; the file "
+                           "is not committed (the ingest stops)")
     start = chunk.dictionary_page_offset or chunk.data_page_offset
     file.seek(start)
     region = file.read(chunk.total_compressed_size)

@@ -35,7 +35,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.errors import DataError
-from pipelines.ingest.bronze_files import PendingFile, write_pending
+from pipelines.ingest.bronze_files import PendingFile, can_patch_in_place, write_pending
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ class BronzeWriter:
         self._committer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._table: DeltaTable | None = None  # the committer's: kept, not reloaded per commit
+        self.files_patchable = can_patch_in_place(path)  # else land_files is never used
+        if not self.files_patchable:
+            log.warning("%s cannot overwrite files in place: streamed transactions are read "
+                        "back at their commit", path)
 
     @property
     def buffered_rows(self) -> int:
@@ -170,14 +174,18 @@ class BronzeWriter:
             self._first_row_at = time.monotonic()
         self._spans.append(_Span(len(self._rows), commit_lsn, first_index, xid, commit_ts))
 
-    def end_unit(self, end_lsn: int | None) -> None:
-        """Everything buffered so far forms whole transactions; end_lsn is the last one's end."""
+    def end_unit(self, end_lsn: int | None, commit_lsn: int | None = None) -> None:
+        """Everything buffered so far forms whole transactions; end_lsn is the last one's
+        end, commit_lsn that transaction's commit LSN (None: not a transaction's end)."""
         end = end_lsn if end_lsn is not None else (
             self._boundaries[-1][1] if self._boundaries else self.progress.end_lsn)
-        if not self._rows and end > self.progress.end_lsn:
+        if (not self._rows and end > self.progress.end_lsn and commit_lsn is not None
+                and self.progress.position[0] == commit_lsn):
             # Its rows went to commits before its end was known (a batch filled up at its
             # last change): no later landing would carry this end LSN until another
-            # transaction's rows land, so a commit of the progress alone records it.
+            # transaction's rows land, so a commit of the progress alone records it. A
+            # transaction without rows (Postgres 13/14 send Begin/Commit even for
+            # unpublished changes) waits for the idle confirm instead.
             self._submit(_Files([], 0, 0, Progress(end, self.progress.position)))
             return
         self._boundaries.append((len(self._rows), end))

@@ -65,19 +65,21 @@ def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> I
     """Stream until stopped (or idle / past an LSN), reconnecting with backoff."""
     started = time.monotonic()
     writer = BronzeWriter(LakeLayout(config.lake.path).bronze_changes, config.source.slot)
+    assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
     try:
-        assembler = _connect_and_stream(writer, config, options, stop)
+        _connect_and_stream(writer, assembler, config, options, stop)
     except BaseException:
+        assembler.reset()  # open streams' files: the server resends those transactions
         writer.close(raise_failure=False)  # the error being raised says more
         raise
+    assembler.reset()
     writer.close()  # waits for commits in flight
     return IngestReport(assembler.transactions, assembler.changes, writer.durable.end_lsn,
                         time.monotonic() - started)
 
 
-def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOptions,
-                        stop: StopRequested) -> ChangeAssembler:
-    assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
+def _connect_and_stream(writer: BronzeWriter, assembler: ChangeAssembler, config: Config,
+                        options: IngestOptions, stop: StopRequested) -> None:
     backoff = 1.0
     ever_connected = False
     started = time.monotonic()
@@ -93,14 +95,14 @@ def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOpt
             if time.monotonic() - started > SLOT_BUSY_GRACE_SECONDS:
                 raise
             if stop.event.wait(0.5):
-                return assembler
+                return
             continue
         except SourceError as exc:
             if not ever_connected:
                 raise  # a wrong DSN should fail fast, not retry forever
             log.warning("reconnect failed (%s); retrying in %.0f s", exc, backoff)
             if stop.event.wait(backoff):
-                return assembler
+                return
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             continue
         ever_connected, backoff = True, 1.0
@@ -113,8 +115,7 @@ def _connect_and_stream(writer: BronzeWriter, config: Config, options: IngestOpt
         finally:
             stream.close()
         if done:
-            break
-    return assembler
+            return
 
 
 def _stream(stream: ReplicationStream, writer: BronzeWriter, assembler: ChangeAssembler,

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
 from pipelines.errors import DataError
-from pipelines.ingest.bronze_writer import BronzeWriter
+from pipelines.ingest.bronze_writer import ALL_LANDED, BronzeWriter
 from pipelines.ingest.fastpath import (BEGIN, COMMIT, ROW_MESSAGE_TYPES, decode_begin,
                                        decode_commit, decode_row_change)
 from pipelines.ingest.pgoutput import (
@@ -226,7 +226,7 @@ class ChangeAssembler:
         self._open = None
         self.transactions += 1
         self.last_commit_ts = txn.commit_ts
-        self.writer.end_unit(end_lsn)
+        self.writer.end_unit(end_lsn, commit_lsn)
 
     def _relation(self, message: Relation) -> None:
         self.relations.add_relation(message)
@@ -276,8 +276,14 @@ class ChangeAssembler:
             raise DataError(f"Stream Commit of unknown xid {message.xid}")
         lsn, xid, ts = message.commit_lsn, message.xid, unix_micros(message.commit_ts)
         first_new = self.writer.first_new_index(lsn)  # a replay skips what bronze holds
-        if stream.spilled_rows and first_new == 0 and not stream.aborted_subxids:
+        if (stream.spilled_rows and first_new == 0 and not stream.aborted_subxids
+                and self.writer.files_patchable):
             self._land_files(stream, lsn, ts, message.end_lsn)
+            return
+        if first_new == ALL_LANDED:  # replayed whole: its files need not be read back
+            stream.close()
+            self._count_transaction(ts, 0)
+            self.writer.end_unit(message.end_lsn, lsn)
             return
         try:
             tail = stream.unspilled()
@@ -291,30 +297,33 @@ class ChangeAssembler:
             index += len(tail)
         finally:
             stream.close()
-        self._changes += max(index - first_new, 0)
+        self._count_transaction(ts, max(index - first_new, 0))
+        self.writer.end_unit(message.end_lsn, lsn)
+
+    def _count_transaction(self, commit_ts: int, changes: int) -> None:
+        self._changes += changes
         self.transactions += 1
-        self.last_commit_ts = ts
-        self.writer.end_unit(message.end_lsn)
+        self.last_commit_ts = commit_ts
 
     def _land_files(self, stream: StreamedTransaction, lsn: int, ts: int,
                     end_lsn: int) -> None:
         """Land a streamed transaction in one commit of the files its blocks were encoded
         to as they arrived, plus one for its last records: positions as written."""
-        committed = False
+        committed, last = False, None
         try:
             files = stream.files()
             tail = stream.unspilled()
             if tail:
-                files.append(self.writer.encode_pending(
+                last = self.writer.encode_pending(
                     pa.Table.from_batches([record_batch(tail)]), stream.spilled_rows,
-                    stream.xid).result())
-            self.writer.land_files(files, lsn, ts, end_lsn)
+                    stream.xid).result()
+            self.writer.land_files(files + ([last] if last else []), lsn, ts, end_lsn)
             committed = True
         finally:
             stream.close(committed)
-        self._changes += stream.spilled_rows + len(tail)
-        self.transactions += 1
-        self.last_commit_ts = ts
+            if last is not None and not committed:
+                last.discard()
+        self._count_transaction(ts, stream.spilled_rows + len(tail))
 
     def _land_spilled(self, stream: StreamedTransaction, lsn: int, xid: int, ts: int,
                       first_new: int, ends_transaction: bool, end_lsn: int) -> int:

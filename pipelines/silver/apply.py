@@ -235,7 +235,9 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
                                struct_field(F.col(OLD_KEY), k)).cast(types[k])
                    for k in keys for c in shape.columns if c.name == k]
-        source = fill_from_old_key_rows(source, run.read(silver), old_key, keys,
+        rows = run.read(silver)  # not widened yet: read as the final types
+        rows = rows.select(*(col(n).cast(types[n]).alias(n) for n in rows.columns))
+        source = fill_from_old_key_rows(source, rows, old_key, keys,
                                         [c for c in value_columns(shape) if c in target.names])
     # Staged once (Parquet): the check and both MERGE statements read plain files instead
     # of re-running the batch's plan, and see the same events (on Sail a MERGE whose

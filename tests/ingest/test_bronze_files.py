@@ -54,3 +54,21 @@ def test_a_file_is_finished_once_and_a_second_attempt_fails(tmp_path):
     with pytest.raises(RuntimeError, match="unexpected layout of commit_lsn"):
         pending.finish(4343, TS, TS)  # the placeholder is gone: nothing is overwritten
     assert {r["commit_lsn"] for r in pq.read_table(pending.path).to_pylist()} == {4242}
+
+
+def test_a_late_column_with_statistics_is_refused(tmp_path, monkeypatch):
+    """Footer statistics would keep the placeholder: readers could skip the file by it."""
+    from pipelines.ingest import bronze_files
+
+    options = {**bronze_files._PARQUET_OPTIONS, "write_statistics": True}
+    monkeypatch.setattr(bronze_files, "_PARQUET_OPTIONS", options)
+    pending = write_pending(tmp_path, records(10), first_index=0, xid=77)
+    with pytest.raises(RuntimeError, match="commit_lsn has statistics"):
+        pending.finish(4242, TS, TS)
+
+
+def test_a_local_directory_can_be_patched_in_place(tmp_path):
+    from pipelines.ingest.bronze_files import can_patch_in_place
+
+    assert can_patch_in_place(tmp_path / "bronze" / "changes")
+    assert list((tmp_path / "bronze" / "changes").iterdir()) == []  # the probe is gone

@@ -213,7 +213,7 @@ def test_an_end_lsn_after_every_row_landed_gets_a_commit_of_its_own(path):
     writer.append(insert("a"))
     writer.append(insert("b"))
     writer.land(complete_only=False)  # a full batch, cut at the transaction's last change
-    writer.end_unit(250)  # then its Commit arrives
+    writer.end_unit(250, 200)  # then its Commit arrives
     assert writer.wait() == Progress(250, (200, 1))
     writer.close()
     assert read_progress(path, "slot") == Progress(250, (200, 1))

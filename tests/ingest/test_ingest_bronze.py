@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
 
+from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from tests.ingest.conftest import bronze, execute, ingest
 
 pytestmark = pytest.mark.postgres
@@ -164,6 +166,47 @@ def test_large_streamed_transaction_and_aborts(source, pg_server):
     assert len({r["commit_lsn"] for r in rows}) == 1
     assert all(r["values"][7] != "rolled back" for r in rows)
     assert sum(r["op"] == "update" for r in rows) == 1000
+
+
+def test_stopping_while_a_transaction_streams_in_leaves_no_files_behind(source, pg_server):
+    """The open stream's files are not committed: a stop deletes them, and the resent
+    transaction lands once after its commit."""
+    import dataclasses
+
+    from deltalake import DeltaTable
+
+    dsn = source.source.dsn
+    small_spill = dataclasses.replace(source, ingest=dataclasses.replace(
+        source.ingest, spill_rows=200))
+    table = source.lake.path / "bronze" / "changes"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        execute(dsn, "INSERT INTO items (id) VALUES (0)")  # bronze exists before the stream
+        ingest(small_spill)
+        with psycopg.connect(dsn) as open_txn:
+            open_txn.execute("INSERT INTO items (id, name) SELECT g, 'row ' || g "
+                             "FROM generate_series(1, 3000) g")
+            stop = StopRequested()
+            worker = threading.Thread(target=run_ingest,
+                                      args=(small_spill, IngestOptions(), stop))
+            worker.start()
+            referenced = {u.rsplit("/", 1)[-1] for u in DeltaTable(str(table)).file_uris()}
+            deadline = time.monotonic() + 30
+            while len(list(table.glob("*.parquet"))) <= len(referenced):  # files pending
+                assert time.monotonic() < deadline, "the open transaction never streamed in"
+                time.sleep(0.05)
+            stop.event.set()  # what SIGTERM does
+            worker.join(30)
+            assert {f.name for f in table.glob("*.parquet")} == referenced
+            open_txn.commit()
+        ingest(small_spill)
+    finally:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
+            conn.execute("SELECT pg_reload_conf()")
+    assert [r["values"][0] for r in bronze(source)] == [str(i) for i in range(3001)]
 
 
 def test_busy_slot_is_a_clear_source_error(source):

@@ -304,3 +304,47 @@ def test_a_transaction_ending_exactly_at_a_full_batch_records_its_end_lsn(path, 
     else:  # blocks of 4 (the last 3 records in memory) read back: an aborted subxact
         ingest(path, streamed_transaction(900, 500), batch_rows=3, spill_rows=4)
         assert read_progress(path, "slot") == Progress(508, (500, 11))
+
+
+def test_transactions_without_rows_do_not_each_get_a_commit(path):
+    """Postgres 13/14 send Begin/Commit for transactions that changed no published table:
+    after a batch filled up at a transaction's end, they must not each commit progress
+    (the slot then advances with the idle confirm)."""
+    empty = [message for lsn in range(200, 220) for message in plain_transaction(lsn, range(0))]
+    run_like_the_ingest_loop(path, [RELATION, *plain_transaction(100, range(3)), *empty])
+    from deltalake import DeltaTable
+
+    assert DeltaTable(str(path)).version() <= 2  # create, the rows, their end LSN
+    assert read_progress(path, "slot").end_lsn >= 108
+
+
+def test_a_streamed_transaction_older_than_bronze_is_skipped_without_reading_it_back(
+        path, monkeypatch):
+    from pipelines.ingest import bronze_files
+
+    messages = [*streamed_without_aborts(900, 500, range(12)), RELATION,
+                *plain_transaction(600, range(2))]
+    ingest(path, messages)
+
+    def no_read_back(self):
+        raise AssertionError("a transaction bronze holds whole was read back")
+    monkeypatch.setattr(bronze_files.PendingFile, "read", no_read_back)
+    report = ingest(path, messages)  # the server resends both
+    assert report.changes == 0 and len(bronze(path)) == 14
+    assert not set(path.glob("*.parquet")) - {path / a for a in _added_files(path)}
+
+
+def _added_files(path) -> list[str]:
+    from deltalake import DeltaTable
+
+    return [uri.rsplit("/", 1)[-1] for uri in DeltaTable(str(path)).file_uris()]
+
+
+def test_where_files_cannot_be_patched_a_stream_is_read_back_and_landed(path, monkeypatch):
+    """E.g. a Databricks volume (no seeking writes): same rows, no files left behind."""
+    from pipelines.ingest import bronze_writer
+
+    monkeypatch.setattr(bronze_writer, "can_patch_in_place", lambda directory: False)
+    ingest(path, streamed_without_aborts(900, 500, range(12)))  # spill_rows=5: 3 files
+    assert bronze(path) == [(500, i, "insert", str(i)) for i in range(12)]
+    assert set(path.glob("*.parquet")) == {path / name for name in _added_files(path)}

@@ -240,3 +240,17 @@ def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unch
     assert seen == [filled]
     assert items(sail, lake.root) == [
         (100, "old", "P100"), (101, "new", "P101" if toast_in_window else "P101b")]
+
+
+def test_a_moved_row_keeps_an_unchanged_value_while_its_columns_widen(sail, lake, config):
+    narrow = Table(columns=("id", "name", "score"), types=("int4", "text", "int4"))
+    wider = Table(columns=("id", "name", "score"), types=("int8", "text", "int8"))
+    lake.append_changes([narrow.insert(10, 0, id=1, name="a", score=1)])
+    run_silver(config, sail)
+    lake.append_changes([wider.update(11, 0, id=5_000_000_000, score=2 ** 40,
+                                      unchanged=["name"], old_key={"id": 1})])
+    report = run_silver(config, sail)
+    assert not report.failed and report.tables[0].columns_widened == ("id", "score")
+    df = sail.read.format("delta").load(str(lake.root / "silver/public/items"))
+    assert [tuple(r) for r in df.select("id", "name", "score").collect()] == [
+        (5_000_000_000, "a", 2 ** 40)]
