@@ -41,6 +41,7 @@ from pipelines.source.text_format import with_text_format
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_BYTES = 8 << 20  # wide rows shrink the chunk (CSV bytes) so memory stays bounded
+FIRST_CHUNK_ROWS = 1_000  # until a chunk shows how wide the rows are (50k rows of 50 kB: 2.5 GB)
 CHUNKS_IN_FLIGHT = 6  # read, converted, waiting, being written: bounded by MAX_CHUNK_BYTES each
 COMMIT_BYTES = 2 * MAX_CHUNK_BYTES  # waiting chunks share a bronze commit up to this size
 CHUNK_ID_BLOCK = 100  # chunk ids reserved per state write (see state.py)
@@ -256,7 +257,7 @@ class TableBackfill:
         """Stage 1: low watermark, then the chunk's SELECT, as raw CSV."""
         state = progress.state
         shapes = ShapeCache(self.table, self.source.publication)
-        cursor, limit = state.cursor, self.chunk_size
+        cursor, limit = state.cursor, min(self.chunk_size, FIRST_CHUNK_ROWS)
         try:
             # Low watermarks need not wait for their WAL flush: the high watermark's
             # synchronous commit flushes the WAL up to it, low included, before the cursor

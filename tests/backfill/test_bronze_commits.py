@@ -100,6 +100,16 @@ def test_chunks_capped_by_bytes_vary_in_size_and_still_land_once(events, monkeyp
     assert len(set(sizes.values())) > 2, sizes
 
 
+def test_the_first_chunk_is_small_until_the_row_width_is_known(events, monkeypatch):
+    """Rows of unknown width: a first chunk of chunk_size wide rows could hold gigabytes."""
+    monkeypatch.setattr(job, "FIRST_CHUNK_ROWS", 50)
+    monkeypatch.setattr(job, "MAX_CHUNK_BYTES", 4_000)  # ~60-120 rows of these
+    backfill(events, chunk_size=10_000)
+    rows = assert_every_row_once(events)
+    sizes = [n for _, n in sorted(Counter(r["chunk_id"] for r in rows).items())]
+    assert sizes[0] == 50 and max(sizes) < 200, sizes
+
+
 def test_builder_slices_repeated_columns_and_rebuilds_for_a_new_shape(events):
     dsn = with_text_format(events.source.dsn)
     builder = SnapshotBuilder("b1")
