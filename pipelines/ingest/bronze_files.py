@@ -46,10 +46,12 @@ def _leaf(field: pa.Field) -> str:
 
 
 _LEAVES = [_leaf(field) for field in CHANGES_SCHEMA]
-_STATS_COLUMNS = [field.name for field in CHANGES_SCHEMA  # as BronzeWriter's properties
-                  if not pa.types.is_list(field.type) and field.name not in _LATE_COLUMNS]
-# ZSTD and scalar-only statistics like bronze_writer.WRITER_PROPERTIES. Page checksums
-# stay off: a checksum would cover the placeholder bytes.
+# Bronze files keep min/max statistics only for the scalar columns (the ones Delta data
+# skipping reads); bronze_writer.WRITER_PROPERTIES uses the same list.
+SCALAR_COLUMNS = [field.name for field in CHANGES_SCHEMA if not pa.types.is_list(field.type)]
+_STATS_COLUMNS = [name for name in SCALAR_COLUMNS if name not in _LATE_COLUMNS]
+# ZSTD like bronze_writer.WRITER_PROPERTIES; the late columns without statistics or
+# compression. Page checksums stay off: a checksum would cover the placeholder bytes.
 _PARQUET_OPTIONS = dict(
     compression={leaf: "none" if leaf in _LATE_COLUMNS else "zstd" for leaf in _LEAVES},
     use_dictionary=True, write_statistics=_STATS_COLUMNS, write_page_checksum=False,

@@ -35,7 +35,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.errors import DataError
-from pipelines.ingest.bronze_files import PendingFile, can_patch_in_place, write_pending
+from pipelines.ingest.bronze_files import (
+    SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 
 log = logging.getLogger(__name__)
@@ -49,13 +50,11 @@ ALL_LANDED = 1 << 62  # first_new_index of a transaction older than bronze's las
 # ZSTD makes files half the size of delta-rs's default Snappy for the same CPU, and
 # statistics only on the scalar columns (the ones Delta data skipping reads, commit_lsn
 # first) save a tenth of the write CPU that list elements' min/max cost for nothing.
-_SCALAR_COLUMNS = [field.name for field in CHANGES_SCHEMA
-                   if not pa.types.is_list(field.type)]
 WRITER_PROPERTIES = WriterProperties(
     compression="ZSTD",
     default_column_properties=ColumnProperties(statistics_enabled="NONE"),
     column_properties={name: ColumnProperties(statistics_enabled="CHUNK")
-                       for name in _SCALAR_COLUMNS})
+                       for name in SCALAR_COLUMNS})
 
 
 @dataclass(frozen=True)
