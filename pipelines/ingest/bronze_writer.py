@@ -226,9 +226,7 @@ class BronzeWriter:
 
         Whole transactions buffered before land first; the buffer must hold no others.
         """
-        self.land()
-        if self._rows:
-            raise DataError("a streamed transaction committed inside an open transaction")
+        self._land_before_stream()
         table = pa.Table.from_batches(records, schema=RECORD_SCHEMA)
         if table.num_rows:
             span = _Span(0, commit_lsn, first_index, xid, commit_ts)
@@ -246,12 +244,16 @@ class BronzeWriter:
                    end_lsn: int) -> None:
         """Commit the files of one whole transaction (written from its change 0 on, in
         order) as one Delta commit, after whole transactions buffered before."""
-        self.land()
-        if self._rows:
-            raise DataError("a streamed transaction committed inside an open transaction")
+        self._land_before_stream()
         rows = sum(file.rows for file in files)
         self._submit(_Files(list(files), commit_lsn, commit_ts,
                             Progress(end_lsn, (commit_lsn, rows - 1))))
+
+    def _land_before_stream(self) -> None:
+        """Land the whole transactions buffered before a streamed one; none may be open."""
+        self.land()
+        if self._rows:
+            raise DataError("a streamed transaction committed inside an open transaction")
 
     def _submit(self, batch: _Batch | _Files) -> None:
         """Hand one commit to the committer once the previous one has finished; what it
