@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -91,15 +92,22 @@ def reference_positions(dsn: str) -> list[tuple[int, int, str, tuple]]:
     return result
 
 
-def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_server, tmp_path):
-    dsn = source.source.dsn
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def kill_loop_config(source, tmp_path, **ingest) -> Path:
+    """The reference slot (created now: it sees every later change) and a config file
+    for ingest processes that get killed."""
+    with psycopg.connect(source.source.dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_create_logical_replication_slot('reference', 'pgoutput')")
     config_path = tmp_path / "lakehouse.yml"
     config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": dsn, "tables": ["public.items", "public.members"]},
+        "source": {"dsn": source.source.dsn, "tables": ["public.items", "public.members"]},
         "lake": {"path": str(source.lake.path)},
-        "ingest": {"batch_rows": 200, "batch_seconds": 0.05}}))
+        "ingest": {"batch_seconds": 0.05, **ingest}}))
+    return config_path
+
+
+def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_server, tmp_path):
+    dsn = source.source.dsn
+    config_path = kill_loop_config(source, tmp_path, batch_rows=200)
 
     stop = threading.Event()
     result = {}
@@ -184,13 +192,7 @@ def test_sigkill_while_large_transactions_stream_in(source, pg_server, tmp_path)
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
         conn.execute("SELECT pg_reload_conf()")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_create_logical_replication_slot('reference', 'pgoutput')")
-    config_path = tmp_path / "lakehouse.yml"
-    config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": dsn, "tables": ["public.items", "public.members"]},
-        "lake": {"path": str(source.lake.path)},
-        "ingest": {"batch_rows": 300, "batch_seconds": 0.05, "spill_rows": 100}}))
+    config_path = kill_loop_config(source, tmp_path, batch_rows=300, spill_rows=100)
 
     stop = threading.Event()
     result = {}
