@@ -23,6 +23,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple, Sequence
@@ -116,10 +117,15 @@ class BronzeWriter:
         self._committer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._table: DeltaTable | None = None  # the committer's: kept, not reloaded per commit
-        self.files_patchable = can_patch_in_place(path)  # else land_files is never used
-        if not self.files_patchable:
-            log.warning("%s cannot overwrite files in place: streamed transactions are read "
-                        "back at their commit", path)
+
+    @cached_property
+    def files_patchable(self) -> bool:
+        """Whether land_files may be used here: probed once, at the first streamed commit."""
+        if can_patch_in_place(self.path):
+            return True
+        log.warning("%s cannot overwrite files in place: streamed transactions are read "
+                    "back at their commit", self.path)
+        return False
 
     @property
     def buffered_rows(self) -> int:

@@ -92,11 +92,9 @@ class StreamedTransaction:
 
     def close(self, committed: bool = False) -> None:
         """Delete the files, unless a commit (handed to the writer) added them."""
-        for block in self._blocks:
+        for block in [] if committed else self._blocks:
             try:
-                file = block.file.result()
+                block.file.result().discard()
             except Exception:  # the writer reports a failed encoding where it is awaited
                 continue
-            if not committed:
-                file.discard()
         self._blocks = []

@@ -246,14 +246,16 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
                                             keys), shape)
     check_failures(shape, failures_of(staged, shape.columns))  # stops the table
 
-    _ensure_table(run, silver, StructType(batch_fields + list(METADATA_FIELDS)),
-                  replace_tables)
-    _evolve(run, silver, target, plan)
-    mark_schema = StructType([StructField(k, types[k], True) for k in keys]
-                             + list(METADATA_FIELDS))
-    if not _ensure_table(run, marks, mark_schema, replace_tables):
-        _evolve(run, marks, run.read(marks).schema,
+    if silver_exists:
+        _evolve(run, silver, target, plan)
+    else:
+        _create_table(run, silver, target, replace_tables)
+    if marks_exist:
+        _evolve(run, marks, marked,
                 SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
+    else:
+        _create_table(run, marks, StructType([StructField(k, types[k], True) for k in keys]
+                                             + list(METADATA_FIELDS)), replace_tables)
 
     staged.filter(~F.col(STALE)).select(
         *(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED])) \
@@ -288,17 +290,14 @@ def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFram
     return run.spark.read.schema(frame.schema).parquet(path)
 
 
-def _ensure_table(run: SilverContext, table: TableRef, schema: StructType,
-                  replace_table: bool) -> bool:
-    """Create an empty Delta table (or replace one, for a rebuild); True if created."""
-    if not replace_table and run.exists(table):
-        return False
+def _create_table(run: SilverContext, table: TableRef, schema: StructType,
+                  replace_table: bool) -> None:
+    """Create an empty Delta table (or replace one, for a rebuild)."""
     ensure_schema(run.spark, table)
     writer = run.spark.createDataFrame([], schema).write.format("delta")
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)
-    return True
 
 
 def _evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:

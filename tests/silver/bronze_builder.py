@@ -40,6 +40,16 @@ class Table:
     def table_name(self) -> str:
         return self.name.split(".")[1]
 
+    @property
+    def shape(self):
+        """The TableShape silver derives from this table's bronze rows."""
+        from pipelines.silver.table_shape import SourceColumn, TableShape
+
+        mods = self.mods or [-1] * len(self.columns)
+        return TableShape(self.schema_name, self.table_name, tuple(
+            SourceColumn(c, t, m, c in self.keys)
+            for c, t, m in zip(self.columns, self.types, mods)))
+
     def _shape(self) -> dict[str, Any]:
         return {"schema_name": self.schema_name, "table_name": self.table_name,
                 "columns": list(self.columns), "type_names": list(self.types),

@@ -4,14 +4,11 @@ from bronze_builder import Table, assert_frames, spark_frame
 from pipelines.silver.batch import latest_events
 from pipelines.silver.events import changes_to_events
 from pipelines.silver.key_change import expand_key_changes
-from pipelines.silver.table_shape import SourceColumn, TableShape
 
 pytestmark = pytest.mark.spark
 
 T = Table()
-SHAPE = TableShape("public", "items", (SourceColumn("id", "int4", -1, True),
-                                       SourceColumn("name", "text", -1, False),
-                                       SourceColumn("doc", "text", -1, False)))
+SHAPE = T.shape
 OUT = ("id string, name string, doc string, _lsn long, _change_index long, _cdc_op string, "
        "_cdc_unchanged array<string>")
 

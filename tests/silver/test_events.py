@@ -4,14 +4,11 @@ from chispa import assert_df_equality
 
 from pipelines.errors import DataError
 from pipelines.silver.events import changes_to_events, shape_from_row, snapshot_rows
-from pipelines.silver.table_shape import SourceColumn, TableShape
 
 pytestmark = pytest.mark.spark
 
 ITEMS = Table()
-SHAPE = TableShape("public", "items", (SourceColumn("id", "int4", -1, True),
-                                       SourceColumn("name", "text", -1, False),
-                                       SourceColumn("doc", "text", -1, False)))
+SHAPE = ITEMS.shape
 OUT = ("id string, name string, doc string, _lsn long, _change_index long, _cdc_op string, "
        "_cdc_unchanged array<string>, _cdc_old_key struct<id:string>")
 
