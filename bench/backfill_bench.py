@@ -1,14 +1,15 @@
 """Backfill throughput vs `COPY (SELECT ...) TO STDOUT` of the same table, and peak RSS.
 
-For each table shape a 1M-row table is loaded before the slot exists; then, in the same
-run, the same table is read with COPY TO STDOUT twice (psql's \\copy to /dev/null: the
-C client; a psycopg loop that keeps nothing: the client the backfill uses) and backfilled
-with `lakehouse backfill` in a child process. Backfill rows/s counts the table's own
-time (state started_at -> finished_at: watermarks, SELECTs, bronze commits, cursor
-writes); the process column adds interpreter start-up. Peak RSS is the child's
-(wait4 ru_maxrss).
+For each table shape a 1M-row table is loaded (and checkpointed) before the slot exists.
+A psycopg COPY loop that keeps nothing shows the client the backfill uses. Then, per
+chunk size, `--repeat` pairs alternate psql's \\copy to /dev/null (the C client: the
+limit) and `lakehouse backfill` in a child process, so both see about the same machine
+load; the table reports medians and the range of the per-pair ratios (each pair is also
+printed as it ends). Backfill seconds are the table's own time (state started_at ->
+finished_at: watermarks, SELECTs, bronze commits, cursor writes), without interpreter
+start-up. Peak RSS is the child's (wait4 ru_maxrss), the highest of its runs.
 
-    python -m bench.backfill_bench [--rows 1000000] [--chunk-size 20000 50000]
+    python -m bench.backfill_bench [--rows 1000000] [--chunk-size 20000 50000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import psycopg
 import yaml
 
-from bench.common import embedded_server, table, timed
+from bench.common import Run, embedded_server, table, timed
 from pipelines.backfill.state import StateStore
 from pipelines.config import SourceConfig
 from pipelines.embedded_pg import bin_dir
@@ -59,7 +61,9 @@ def copy_with_psycopg(dsn: str) -> float:
         return time.perf_counter() - started
 
 
-def run(shape: str, rows: int, chunk_sizes: list[int]) -> list[list[str]]:
+def run(shape: str, rows: int, chunk_sizes: list[int], repeat: int) -> list[list[str]]:
+    """Per chunk size, `repeat` pairs of (psql COPY, backfill), alternating so that both
+    see about the same machine load; rates and ratios are medians over the pairs."""
     columns, fill = SHAPES[shape]
     out = []
     with embedded_server() as server, tempfile.TemporaryDirectory() as work:
@@ -69,37 +73,55 @@ def run(shape: str, rows: int, chunk_sizes: list[int]) -> list[list[str]]:
             conn.execute(f"CREATE TABLE bench ({columns})")
             conn.execute(f"INSERT INTO bench {fill.format(n=rows)}")
             conn.execute("VACUUM ANALYZE bench")
+            conn.execute("CHECKPOINT")  # the load's dirty pages are not written during the runs
             size = conn.execute("SELECT pg_size_pretty(pg_table_size('bench'))").fetchone()[0]
         run_setup(SourceConfig(dsn, tables=("public.bench",)))
         copy_with_psycopg(dsn)  # warm the cache: every reader below finds the table in memory
-
-        psql = timed([str(bin_dir() / "psql"), "-X", "-q", "-d", with_text_format(dsn), "-c",
-                      r"\copy (SELECT * FROM bench) TO '/dev/null'"])
-        copy_rate = rows / psql.seconds
+        label = f"{shape} ({size})"
         psycopg_rate = rows / copy_with_psycopg(dsn)
-        out.append([f"{shape} ({size})", "COPY TO STDOUT, psql", f"{copy_rate:,.0f}", "1.00",
-                    f"{psql.seconds:.2f}", f"{psql.peak_rss_mb:.0f}"])
-        out.append([f"{shape} ({size})", "COPY TO STDOUT, psycopg", f"{psycopg_rate:,.0f}",
-                    f"{psycopg_rate / copy_rate:.2f}", f"{rows / psycopg_rate:.2f}", "-"])
-
+        out.append([label, "COPY TO STDOUT, psycopg", f"{psycopg_rate:,.0f}", "-", "-", "-"])
+        runs = 0
         for chunk_size in chunk_sizes:
-            lake = Path(work) / f"lake-{chunk_size}"
-            config = Path(work) / f"lakehouse-{chunk_size}.yml"
-            config.write_text(yaml.safe_dump({"source": {"dsn": dsn, "tables": ["public.bench"]},
-                                              "lake": {"path": str(lake)}}))
-            child = timed([sys.executable, "-m", "pipelines.cli", "--config", str(config), "-q",
-                           "backfill", "--chunk-size", str(chunk_size), "--restart"],
-                          stdout=subprocess.DEVNULL)
-            if child.returncode != 0:
-                raise SystemExit(f"backfill failed with exit code {child.returncode}")
-            [state] = StateStore(LakeLayout(lake).state("backfills")).all()
-            assert state.rows_done == rows, state
-            seconds = (state.finished_at - state.started_at).total_seconds()
-            out.append([f"{shape} ({size})", f"backfill, chunks of {chunk_size:,}",
-                        f"{rows / seconds:,.0f}", f"{rows / seconds / copy_rate:.2f}",
-                        f"{seconds:.2f} ({child.seconds:.2f} process)",
-                        f"{child.peak_rss_mb:.0f}"])
+            copies, backfills = [], []
+            for _ in range(repeat):
+                copies.append(copy_with_psql(dsn))
+                backfills.append(backfill(dsn, Path(work), runs, chunk_size, rows))
+                runs += 1
+                print(f"{label}, chunks of {chunk_size:,}: COPY {copies[-1].seconds:.2f} s, "
+                      f"backfill {backfills[-1][0]:.2f} s, "
+                      f"{copies[-1].seconds / backfills[-1][0]:.2f}x", file=sys.stderr)
+            copy_seconds = median(one.seconds for one in copies)
+            seconds = median(one for one, _ in backfills)
+            ratios = sorted(c.seconds / b for c, (b, _) in zip(copies, backfills))
+            out.append([label, "COPY TO STDOUT, psql", f"{rows / copy_seconds:,.0f}", "1.00",
+                        f"{copy_seconds:.2f}", f"{max(c.peak_rss_mb for c in copies):.0f}"])
+            out.append([label, f"backfill, chunks of {chunk_size:,}", f"{rows / seconds:,.0f}",
+                        f"{median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})",
+                        f"{seconds:.2f}", f"{max(run.peak_rss_mb for _, run in backfills):.0f}"])
     return out
+
+
+def copy_with_psql(dsn: str) -> Run:
+    """psql's \\copy of the whole table to /dev/null: the C client's COPY rate."""
+    return timed([str(bin_dir() / "psql"), "-X", "-q", "-d", with_text_format(dsn), "-c",
+                  r"\copy (SELECT * FROM bench) TO '/dev/null'"])
+
+
+def backfill(dsn: str, work: Path, number: int, chunk_size: int, rows: int) -> tuple[float, Run]:
+    """`lakehouse backfill` of the table into a new lake: the table's own seconds (from
+    its state row) and the child process's run."""
+    lake = work / f"lake-{number}"
+    config = work / f"lakehouse-{number}.yml"
+    config.write_text(yaml.safe_dump({"source": {"dsn": dsn, "tables": ["public.bench"]},
+                                      "lake": {"path": str(lake)}}))
+    child = timed([sys.executable, "-m", "pipelines.cli", "--config", str(config), "-q",
+                   "backfill", "--chunk-size", str(chunk_size), "--restart"],
+                  stdout=subprocess.DEVNULL)
+    if child.returncode != 0:
+        raise SystemExit(f"backfill failed with exit code {child.returncode}")
+    [state] = StateStore(LakeLayout(lake).state("backfills")).all()
+    assert state.rows_done == rows, state
+    return (state.finished_at - state.started_at).total_seconds(), child
 
 
 def main() -> None:
@@ -107,10 +129,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, nargs="+", default=[20_000, 50_000])
     parser.add_argument("--shape", choices=sorted(SHAPES), nargs="+", default=["narrow", "wide"])
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="(COPY, backfill) pairs per chunk size, alternating (medians)")
     args = parser.parse_args()
-    rows = [["table", "reader", "rows/s", "vs psql COPY", "seconds", "peak RSS MB"]]
+    rows = [["table", "reader", "rows/s", "vs psql COPY (range)", "seconds", "peak RSS MB"]]
     for shape in args.shape:
-        rows += run(shape, args.rows, args.chunk_size)
+        rows += run(shape, args.rows, args.chunk_size, args.repeat)
     print(table(rows))
 
 

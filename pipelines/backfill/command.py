@@ -11,6 +11,7 @@ from typing import Any
 
 from pipelines.backfill.progress import ProgressDisplay, format_duration
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
+from pipelines.collector import collect_rarely
 from pipelines.config import Config
 
 EXIT_INTERRUPTED = 130
@@ -38,6 +39,7 @@ def add_parser(verbs: Any) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    collect_rarely()
     options = BackfillOptions(
         tables=tuple(args.tables), restart=args.restart,
         chunk_size=config.backfill.chunk_size if args.chunk_size is None else args.chunk_size,

@@ -105,7 +105,8 @@ class _Progress:
     def __init__(self, store: StateStore, state: BackfillState) -> None:
         self.store = store
         self.state = state
-        self._next_id = state.chunk_ids_reserved  # ids below may have been used already
+        # The state saved at the run's start reserved the run's first block (_begin).
+        self._next_id = state.chunk_ids_reserved - CHUNK_ID_BLOCK
         self._lock = threading.Lock()
 
     def next_chunk_id(self) -> int:
@@ -201,7 +202,11 @@ class TableBackfill:
             time.sleep(0.2)
 
     def _begin(self, conn: psycopg.Connection) -> tuple[BackfillState | None, BackfillState | None]:
-        """(state to run, None) to resume or start a backfill; (None, done one) to skip."""
+        """(state to run, None) to resume or start a backfill; (None, done one) to skip.
+
+        The state to run is saved with the run's first block of chunk ids reserved, so
+        the first chunk waits for no further state write.
+        """
         latest = self.store.latest_per_table().get(self.table)
         estimate = estimated_rows(conn, self.table)
         if latest is not None and not self.restart:
@@ -217,14 +222,16 @@ class TableBackfill:
                     "its cursor is meaningless now: run backfill --restart for this table")
             log.info("%s: resuming backfill %s after %d rows", self.table, latest.backfill_id,
                      latest.rows_done)
-            return self.store.save(replace(latest, status=RUNNING, error=None,
-                                           rows_estimate=estimate)), None
+            return self.store.save(replace(
+                latest, status=RUNNING, error=None, rows_estimate=estimate,
+                chunk_ids_reserved=latest.chunk_ids_reserved + CHUNK_ID_BLOCK)), None
         backfill_id = str(uuid.uuid4())
         if latest is not None and latest.status != DONE:
             self.store.save(replace(latest, status=FAILED,
                                     error=f"abandoned: restarted as backfill {backfill_id}"))
         log.info("%s: starting backfill %s", self.table, backfill_id)
-        return self.store.save(BackfillState.new(backfill_id, self.table, estimate)), None
+        return self.store.save(replace(BackfillState.new(backfill_id, self.table, estimate),
+                                       chunk_ids_reserved=CHUNK_ID_BLOCK)), None
 
     def _pipeline(self, reader: psycopg.Connection, writer: psycopg.Connection,
                   progress: _Progress) -> bool:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 
+from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.ingest.lsn import format_lsn, parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
@@ -34,7 +34,7 @@ def _lsn(text: str) -> int:
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
-    _tune_garbage_collector()
+    collect_rarely()
     stop = StopRequested()
     stop.install_signal_handlers()
     report = run_ingest(config, IngestOptions(args.until_idle, args.until_lsn), stop)
@@ -42,22 +42,3 @@ def _run(args: argparse.Namespace, config: Config) -> int:
              report.transactions, report.changes, report.seconds,
              format_lsn(report.confirmed_lsn))
     return 0
-
-
-def _tune_garbage_collector() -> None:
-    """Make the cyclic garbage collector run rarely in this process.
-
-    The ingest allocates a few small containers per change and frees them by reference
-    counting; its hot path makes no reference cycles. With the default thresholds the
-    collector ran every 700 allocations and kept rescanning the buffered rows and the
-    records of streamed transactions: a fifth to a quarter of the ingest's CPU on
-    bench/ingest_bench.py's workloads. A collection now waits for a million more
-    container allocations than deallocations: more than the ingest holds at once with
-    the default settings (two per buffered change: a bronze batch, a streamed
-    transaction's unspilled block), so in a steady stream it hardly runs (every 50,000
-    still cost a tenth of the decoding time). What start-up loaded (modules, pyarrow,
-    deltalake) is frozen out of every pass. Only the CLI does this: it owns its
-    process; run_ingest callers do not.
-    """
-    gc.freeze()
-    gc.set_threshold(1_000_000, 10, 10)
