@@ -66,6 +66,7 @@ class SilverConfig:
 
     interval_seconds: float = 10.0
     tombstone_retention_hours: float = 168.0
+    max_batch_rows: int = 2_000_000  # more new bronze is applied in slices (silver/slicing.py)
 
 
 @dataclass(frozen=True)

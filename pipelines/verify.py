@@ -1,8 +1,10 @@
 """`lakehouse verify`: every silver table against the live source, row by row.
 
 The source is read in one REPEATABLE READ snapshot with the backfill's COPY path (so
-values render exactly as pgoutput sends them) and typed with silver's own type map;
-then source and silver are joined on the key: keys only in the source are missing,
+values render exactly as pgoutput sends them), in keyset chunks written as Parquet to a
+scratch directory under the lake (a table of any size neither fills the process nor
+goes through Spark Connect's 128 MB message limit), and typed with silver's own type
+map; then source and silver are joined on the key: keys only in the source are missing,
 keys only in silver are extra, keys whose columns differ (null-safe) are different.
 It first waits until the ingest has confirmed the source's current WAL position and
 silver has applied all of bronze, so a quiet source compares exactly.
@@ -12,16 +14,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Sequence
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import psycopg
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.backfill.catalog import table_shape
-from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv
+from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, row_key
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config
@@ -37,7 +44,7 @@ from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
 
-ALL_ROWS = 2**62  # keyset statement without a practical limit: one COPY per table
+CHUNK_ROWS = 500_000  # source rows per COPY and scratch Parquet file
 
 
 @dataclass(frozen=True)
@@ -123,15 +130,36 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
 
 
 def source_snapshot(spark: SparkSession, conn: psycopg.Connection, table: str,
-                    publication: str) -> tuple[DataFrame, list[SourceColumn]]:
-    """The source table as typed columns, read in the connection's open snapshot."""
+                    publication: str, scratch: Path) -> tuple[DataFrame, list[SourceColumn]]:
+    """The source table as typed columns, read in the connection's open snapshot.
+
+    Its text values go to Parquet files in `scratch` (one per keyset chunk; an empty
+    table still writes one), which the returned DataFrame reads.
+    """
     shape = table_shape(conn, table, publication)
-    data, _, _ = copy_out(conn, chunk_statement(shape, None, ALL_ROWS))
-    text = parse_csv(data, len(shape.columns)).rename_columns(list(shape.columns))
+    scratch.mkdir(parents=True)
+    after, part = None, 0
+    while part == 0 or after is not None:
+        data, rows, last = copy_out(conn, chunk_statement(shape, after, CHUNK_ROWS))
+        text = parse_csv(data, len(shape.columns)).rename_columns(list(shape.columns))
+        pq.write_table(text, scratch / f"part-{part:05d}.parquet")
+        after = row_key(shape, last) if rows == CHUNK_ROWS else None
+        part += 1
     columns = [SourceColumn(name, type_name, type_mod, name in shape.key_columns)
                for name, type_name, type_mod in zip(shape.columns, shape.type_names,
                                                     shape.type_mods)]
-    return typed_columns(spark.createDataFrame(text), columns, table=table), columns
+    text_rows = spark.read.parquet(str(scratch))
+    return typed_columns(text_rows, columns, table=table), columns
+
+
+@contextmanager
+def scratch_directory(config: Config) -> Iterator[Path]:
+    """A directory under the lake for one verify run's source files, removed afterwards."""
+    path = LakeLayout(config.lake.path).state("verify") / uuid.uuid4().hex
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
@@ -162,8 +190,8 @@ def _all_null(alias: str, keys: Sequence[str]) -> Column:
 
 
 def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
-                  table: str, sample: int) -> TableDiff:
-    source, columns = source_snapshot(spark, conn, table, config.source.publication)
+                  table: str, sample: int, scratch: Path) -> TableDiff:
+    source, columns = source_snapshot(spark, conn, table, config.source.publication, scratch)
     names = [c.name for c in columns]
     keys = [c.name for c in columns if c.is_key]
     silver_table = TableNames.from_config(config).silver(*table.split(".", 1))
@@ -193,7 +221,9 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
         scope = configured_tables(config, tables) or list(resolve_tables(conn, "*"))
         check_silver_current(config, spark, scope)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        return [compare_table(spark, conn, config, table, sample) for table in scope]
+        with scratch_directory(config) as scratch:
+            return [compare_table(spark, conn, config, table, sample, scratch / table)
+                    for table in scope]
 
 
 def format_diffs(diffs: Sequence[TableDiff]) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from pipelines import verify
 from pipelines.config import parse_config
 from pipelines.lake import read_delta
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
@@ -45,6 +47,29 @@ def test_silver_equals_the_source_after_the_pipeline(pipeline, spark):
     diffs = run_verify(pipeline, spark, wait_seconds=5)
     assert [(d.table, d.equal, d.source_rows, d.silver_rows) for d in diffs] == [
         ("public.things", True, 49, 49), ("public.pairs", True, 2, 2)]
+
+
+def test_the_source_is_read_in_keyset_chunks_whose_files_go_away(pipeline, spark, monkeypatch):
+    monkeypatch.setattr(verify, "CHUNK_ROWS", 7)
+    files, compare = {}, verify.compare_table
+
+    def spy(spark, conn, config, table, sample, scratch):
+        diff = compare(spark, conn, config, table, sample, scratch)
+        files[table] = sum(pq.read_metadata(f).num_rows for f in sorted(scratch.iterdir())), \
+            len(list(scratch.iterdir()))
+        return diff
+
+    monkeypatch.setattr(verify, "compare_table", spy)
+    with psycopg.connect(pipeline.source.dsn) as conn:
+        conn.execute("DELETE FROM pairs")  # an empty table still compares (one empty file)
+    run_ingest(pipeline, IngestOptions(until_idle=0.3), StopRequested())
+    run_silver(pipeline, spark)
+    diffs = run_verify(pipeline, spark, wait_seconds=5)
+    assert [(d.table, d.equal, d.source_rows, d.silver_rows) for d in diffs] == [
+        ("public.things", True, 49, 49), ("public.pairs", True, 0, 0)]
+    # 49 rows: 7 full chunks, then an empty one that ends the keyset; pairs: one empty
+    assert files == {"public.things": (49, 8), "public.pairs": (0, 1)}
+    assert list((pipeline.lake.path / "_state" / "verify").iterdir()) == []
 
 
 def test_planted_differences_are_found_by_key(pipeline, spark):

@@ -91,11 +91,15 @@ def read_chunk(conn: psycopg.Connection, shapes: ShapeCache, after: tuple[str, .
         if not conn.closed:
             conn.execute("ROLLBACK")
         raise
-    last_key = None
-    if last_row is not None:
-        row = parse_csv(last_row, len(shape.columns))
-        last_key = tuple(row.column(shape.columns.index(c))[0].as_py() for c in shape.order_columns)
-    return RawChunk(shape, data, rows, last_key, snapshot, read_at)
+    return RawChunk(shape, data, rows, row_key(shape, last_row), snapshot, read_at)
+
+
+def row_key(shape: SourceTable, row: bytes | None) -> tuple[str, ...] | None:
+    """The keyset cursor (key values as text, in keyset order) of one CSV row."""
+    if row is None:
+        return None
+    values = parse_csv(row, len(shape.columns))
+    return tuple(values.column(shape.columns.index(c))[0].as_py() for c in shape.order_columns)
 
 
 def take_snapshot(conn: psycopg.Connection) -> tuple[Snapshot, datetime]:

@@ -339,7 +339,7 @@ class TableBackfill:
             snapshots.append([(read.chunk_id, read.batch) for read in group])
             for read in group:
                 emit_watermark(conn, Watermark(backfill_id, read.chunk_id, self.table, "high",
-                                               read.snapshot))
+                                               read.snapshot, read.batch.num_rows))
                 slots.release()
                 # The cursor is saved after the first chunk, then at most every
                 # CURSOR_SAVE_SECONDS (the run's end saves the last): a crash re-reads a

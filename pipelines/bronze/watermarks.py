@@ -55,6 +55,7 @@ class Watermark:
     table: str  # schema.table
     kind: Kind
     snapshot: Snapshot | None = None  # high watermarks only
+    rows: int | None = None  # high watermarks only: the chunk's rows in bronze/snapshots
 
     def to_json(self) -> str:
         body: dict = {"backfill_id": self.backfill_id, "chunk_id": self.chunk_id,
@@ -62,6 +63,8 @@ class Watermark:
         if self.snapshot is not None:
             body["snapshot"] = {"xmin": self.snapshot.xmin, "xmax": self.snapshot.xmax,
                                 "xip": list(self.snapshot.xip)}
+        if self.rows is not None:
+            body["rows"] = self.rows
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -76,10 +79,19 @@ def parse_watermark(content: bytes | str) -> Watermark:
         if "." not in table:
             raise ValueError(f"table {table!r} is not schema.table")
         return Watermark(str(body["backfill_id"]), int(body["chunk_id"]), table, kind,
-                         _snapshot(body.get("snapshot")))
+                         _snapshot(body.get("snapshot")), _rows(body.get("rows")))
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"malformed backfill watermark ({WATERMARK_PREFIX} message: {exc}): "
                         f"{content!r:.200}") from exc
+
+
+def _rows(raw: Any) -> int | None:
+    """A chunk's row count (watermarks written before it was added carry none)."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ValueError(f"rows must be a whole number >= 0, got {raw!r}")
+    return raw
 
 
 def _snapshot(raw: Any) -> Snapshot | None:

@@ -19,11 +19,13 @@ from pyspark.sql import SparkSession
 from pipelines.catalog import TableNames
 from pipelines.config import ALL_TABLES, Config
 from pipelines.errors import ConfigError, DataError
+from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import LakeLayout
 from pipelines.silver.apply import SilverContext, apply_table
 from pipelines.silver.maintenance import maintenance_for
-from pipelines.silver.progress import START, TableProgress, read_progress, write_progress
-from pipelines.silver.scan import lower_bounds, scan_bronze, watermarks_before
+from pipelines.silver.progress import (
+    START, Progress, TableProgress, read_progress, write_progress)
+from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
 from pipelines.silver.watermarks import Position
 
 log = logging.getLogger(__name__)
@@ -102,27 +104,63 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
                                              **{t: TableProgress(START) for t in rebuild}})
 
     changes = spark.read.format("delta").load(str(layout.bronze_changes))
-    bounds, default = lower_bounds(progress, scope)
-    scan = scan_bronze(changes, bounds, default, scope,
-                       lambda: watermarks_before(changes, min([default, *bounds.values()])))
-    if scan.upto is None:
-        return SilverRunReport(None, seconds=time.monotonic() - started)
     run = SilverContext(spark, layout, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names)
     configured = configured_tables(config, None)  # not --table: a clash can span runs
-    clashes = names.silver_clashes(configured if configured is not None
-                                   else [*progress.tables, *scan.tables])
+    reports: dict[str, TableReport] = {}
+    upto = None
+    while True:  # one pass per slice; all new bronze unless it exceeds max_batch_rows
+        bounds, default = lower_bounds(progress, scope)
+        stopped = {name for name, report in reports.items() if report.error}
+        for name in stopped:  # its rows are not counted, nor scanned, again in this run
+            bounds[name] = max(bounds.get(name, default), upto)
+        scan = scan_bronze(changes, bounds, default, scope,
+                           lambda: watermarks_before(changes, min([default, *bounds.values()])),
+                           max_rows=config.silver.max_batch_rows)
+        if scan.upto is None:
+            break
+        if scan.sliced:
+            log.info("silver: more new bronze than silver.max_batch_rows (%d rows); applying "
+                     "a slice up to commit LSN %s", config.silver.max_batch_rows,
+                     format_lsn(scan.upto[0]))
+        clashes = names.silver_clashes(configured if configured is not None
+                                       else [*progress.tables, *scan.tables])
+        slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes,
+                                                  replaced=set(rebuild) - set(reports),
+                                                  skip=stopped)
+        scanned = scan.upto if tables is None and not rebuild else None
+        write_progress(spark, progress_path, progress_exists, new_progress, scanned)
+        progress_exists = True
+        progress = Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
+        for report in slice_reports:
+            reports[report.table] = _combined(reports.get(report.table), report)
+        upto = scan.upto
+        if not scan.sliced:
+            break
+    return SilverRunReport(upto, tuple(reports[name] for name in sorted(reports)),
+                           time.monotonic() - started)
+
+
+def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
+                bounds: dict[str, Position], clashes: dict[str, list[str]],
+                replaced: set[str], skip: set[str]
+                ) -> tuple[list[TableReport], dict[str, TableProgress]]:
+    """Apply each table's part of one scan: reports, and the progress to record.
+
+    replaced: tables whose silver and tombstone tables this pass replaces (a rebuild's
+    first pass); skip: tables a DataError stopped in an earlier slice of this run.
+    """
     reports, new_progress = [], {}
     for name in sorted(scan.tables):
         table = scan.tables[name]
-        if not table.has_work:
+        if not table.has_work or name in skip:
             continue
         before = progress.of(name)
         try:
             if name in clashes:
-                raise DataError(clash_error(name, names, clashes[name]))
+                raise DataError(clash_error(name, run.names, clashes[name]))
             applied = apply_table(run, table, before, scan.upto, scan.newest_commit_micros,
-                                  replace_tables=name in rebuild)
+                                  replace_tables=name in replaced)
         except DataError as exc:
             log.debug("silver %s stopped: %s", name, exc)
             new_progress[name] = replace(before, error=str(exc))
@@ -132,13 +170,23 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         reports.append(TableReport(table.name, table.inserts, table.updates, table.deletes,
                                    table.truncate is not None, len(table.windows),
                                    applied.columns_added, applied.columns_widened))
-    for name in set(bounds) & set(progress.tables) - set(new_progress):
+    for name in set(bounds) & set(progress.tables) - set(new_progress) - skip:
         before = progress.tables[name]  # nothing new up to scan.upto: move it up
         if before.error is None and before.position < scan.upto:
             new_progress[name] = replace(before, position=scan.upto)
-    write_progress(spark, progress_path, progress_exists, new_progress,
-                   scan.upto if tables is None and not rebuild else None)
-    return SilverRunReport(scan.upto, tuple(reports), time.monotonic() - started)
+    return reports, new_progress
+
+
+def _combined(earlier: TableReport | None, later: TableReport) -> TableReport:
+    """One table's report over the slices of a run."""
+    if earlier is None:
+        return later
+    return TableReport(later.table, earlier.inserts + later.inserts,
+                       earlier.updates + later.updates, earlier.deletes + later.deletes,
+                       earlier.truncated or later.truncated, earlier.chunks + later.chunks,
+                       earlier.columns_added + later.columns_added,
+                       earlier.columns_widened + later.columns_widened,
+                       earlier.error or later.error)
 
 
 def clash_error(table: str, names: TableNames, others: Sequence[str]) -> str:

@@ -2,12 +2,14 @@
 
 Each table's new rows are those after its progress position. The scan reads bronze once
 for a per-table summary (newest shape, counts, newest position) and once for the
-control rows (truncates and backfill watermarks), which are few.
+control rows (truncates and backfill watermarks), which are few. When more rows are new
+than one batch may hold, it counts them per commit-LSN bucket and scans again up to the
+end of the first slice (slicing.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable
 
@@ -19,6 +21,7 @@ from pipelines.bronze.schema import (
 from pipelines.errors import DataError
 from pipelines.silver.events import is_after, shape_from_row
 from pipelines.silver.progress import Progress
+from pipelines.silver.slicing import bucket_width, change_rows_per_bucket, slice_end
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.watermarks import (
     ChunkWindow, Position, Watermark, chunk_windows, parse_watermark)
@@ -45,6 +48,11 @@ class TableScan:
         return bool(self.inserts or self.updates or self.deletes or self.truncate
                     or self.windows or self.window_error)
 
+    @property
+    def rows(self) -> int:
+        """Row changes plus the rows of the chunks it applies (as their watermarks say)."""
+        return self.inserts + self.updates + self.deletes + sum(w.rows or 0 for w in self.windows)
+
 
 @dataclass
 class BronzeScan:
@@ -53,6 +61,7 @@ class BronzeScan:
     upto: Position | None
     newest_commit_micros: int | None  # the newest commit time, Unix microseconds
     tables: dict[str, TableScan]
+    sliced: bool = False  # more is new after `upto`: the batch is one slice of it
 
 
 def _name(schema: Column, table: Column) -> Column:
@@ -69,8 +78,8 @@ def lower_bounds(progress: Progress, scope: Iterable[str] | None
 
 
 def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
-             scope: Iterable[str] | None) -> DataFrame:
-    """Rows after each table's bound (messages: after the lowest bound)."""
+             scope: Iterable[str] | None, until: Position | None = None) -> DataFrame:
+    """Rows after each table's bound (messages: after the lowest bound), up to `until`."""
     lowest = min([default, *bounds.values()])
     name = _name(F.col("schema_name"), F.col("table_name"))
     lsn, index = F.when(F.col("schema_name").isNull(), F.lit(lowest[0])), \
@@ -82,15 +91,23 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
     rows = changes.filter(F.col("commit_lsn") >= F.lit(lowest[0]))
     if scope is not None:
         rows = rows.filter(F.col("schema_name").isNull() | name.isin(list(scope)))
+    if until is not None:
+        rows = rows.filter(~is_after(F.col("commit_lsn"), F.col("change_index"),
+                                     F.lit(until[0]), F.lit(until[1])))
     return rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), lsn, index))
 
 
 def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Position,
                 scope: Iterable[str] | None,
-                older_watermarks: Callable[[], Iterable[Watermark]]) -> BronzeScan:
-    """Summarize the new rows per table (two actions, plus one when a chunk's low
-    watermark is older than the new rows)."""
-    rows = new_rows(changes, bounds, default, scope)
+                older_watermarks: Callable[[], Iterable[Watermark]],
+                max_rows: int | None = None, until: Position | None = None) -> BronzeScan:
+    """Summarize the new rows per table, up to `until` (two actions, plus one when a
+    chunk's low watermark is older than the new rows).
+
+    With `max_rows`, a scan that finds more row changes and chunk rows than that counts
+    them per bucket of commit LSNs (one more action) and returns the first slice's scan.
+    """
+    rows = new_rows(changes, bounds, default, scope, until)
     position = F.struct("commit_lsn", "change_index")
     shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
     summary = rows.groupBy("schema_name", "table_name").agg(
@@ -104,10 +121,12 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
             F.size(F.coalesce(F.col("unchanged_toast"), F.array())) > 0,
             F.col("unchanged_toast"))))).alias("unchanged"),
         F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
+        F.min("commit_lsn").alias("first"),
     ).collect()
     if not summary:
         return BronzeScan(None, None, {})
     upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
+    first = min(r.first for r in summary)
     newest = [r.newest for r in summary if r.newest is not None]
     tables: dict[str, TableScan] = {}
     for r in summary:
@@ -139,6 +158,14 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
             marks.append(parse_watermark(bytes(r.message_content), position,
                                          utc_from_micros(r.commit_micros)))
     _add_windows(tables, marks, bounds, default, scope, older_watermarks)
+    if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
+        width = bucket_width(first, upto[0])
+        end = slice_end(first, width, change_rows_per_bucket(rows, first, width),
+                        [(w.high, w.rows or 0) for t in tables.values() for w in t.windows],
+                        max_rows)
+        if end is not None:
+            return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
+                                       until=end), sliced=True)
     return BronzeScan(upto, max(newest) if newest else None, tables)
 
 

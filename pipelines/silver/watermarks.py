@@ -37,6 +37,7 @@ class Watermark:
     position: Position
     commit_ts: datetime | None = None
     snapshot: Snapshot | None = None
+    rows: int | None = None  # high: the chunk's rows (None: written before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ChunkWindow:
     high: Position
     high_commit_ts: datetime | None
     snapshot: Snapshot | None
+    rows: int | None = None  # the chunk's rows in bronze/snapshots, if its high says
 
 
 def parse_watermark(content: bytes | str, position: Position,
@@ -60,7 +62,7 @@ def parse_watermark(content: bytes | str, position: Position,
     except DataError as exc:
         raise DataError(f"bronze/changes at position {position}: {exc}") from exc
     return Watermark(body.backfill_id, body.chunk_id, body.table, body.kind, position,
-                     commit_ts, body.snapshot)
+                     commit_ts, body.snapshot, body.rows)
 
 
 def chunk_windows(watermarks: Iterable[Watermark]) -> list[ChunkWindow]:
@@ -83,7 +85,7 @@ def chunk_windows(watermarks: Iterable[Watermark]) -> list[ChunkWindow]:
                             "watermark in bronze/changes; bronze is incomplete")
         windows.append(ChunkWindow(high.backfill_id, high.chunk_id, high.table, low.position,
                                    high.position, high.commit_ts,
-                                   high.snapshot or low.snapshot))
+                                   high.snapshot or low.snapshot, high.rows))
     return windows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 
 import psycopg
 import pytest
@@ -12,6 +13,7 @@ from pipelines.backfill.catalog import table_shape
 from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, take_snapshot
 from pipelines.bronze.watermarks import Snapshot, Watermark, parse_watermark
 from pipelines.bronze.schema import WATERMARK_PREFIX
+from pipelines.errors import DataError
 from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_message
 from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import backfill, make_config, setup_source, snapshot_rows, states
@@ -56,7 +58,7 @@ def test_every_chunk_has_a_low_then_a_high_watermark_around_its_select(items):
         body = json.loads(message.content)
         mark = parse_watermark(message.content)
         expected_keys = {"backfill_id", "chunk_id", "table", "kind"} | (
-            {"snapshot"} if mark.kind == "high" else set())
+            {"snapshot", "rows"} if mark.kind == "high" else set())
         assert set(body) == expected_keys
         assert (mark.chunk_id, mark.kind) not in marks, "a chunk id was used twice"
         marks[(mark.chunk_id, mark.kind)] = ((commit_lsn, index), xid, mark)
@@ -74,17 +76,30 @@ def test_every_chunk_has_a_low_then_a_high_watermark_around_its_select(items):
         assert low.snapshot is None and isinstance(high.snapshot, Snapshot)
         # low committed before the SELECT's snapshot was taken, high only after it
         assert high.snapshot.sees(low_xid) and not high.snapshot.sees(high_xid)
-    # rows in bronze belong exactly to the chunks that have both watermarks
-    assert {r["chunk_id"] for r in snapshot_rows(items)} <= set(chunk_ids)
+    # rows in bronze belong exactly to the chunks that have both watermarks, and each
+    # high watermark counts its chunk's rows
+    rows = Counter(r["chunk_id"] for r in snapshot_rows(items))
+    assert set(rows) <= set(chunk_ids)
+    assert {c: marks[(c, "high")][2].rows for c in chunk_ids} == {c: rows[c] for c in chunk_ids}
 
 
 def test_watermark_json_round_trips():
-    high = Watermark("b", 7, "public.t", "high", Snapshot(10, 15, (11, 13)))
+    high = Watermark("b", 7, "public.t", "high", Snapshot(10, 15, (11, 13)), 40)
     assert json.loads(high.to_json()) == {"backfill_id": "b", "chunk_id": 7, "table": "public.t",
                                           "kind": "high",
-                                          "snapshot": {"xmin": 10, "xmax": 15, "xip": [11, 13]}}
+                                          "snapshot": {"xmin": 10, "xmax": 15, "xip": [11, 13]},
+                                          "rows": 40}
     assert parse_watermark(high.to_json()) == high
-    assert parse_watermark(Watermark("b", 0, "public.t", "low").to_json()).snapshot is None
+    low = parse_watermark(Watermark("b", 0, "public.t", "low").to_json())
+    assert low.snapshot is None and low.rows is None
+
+
+@pytest.mark.parametrize("rows", ["-1", "1.5", "true", '"7"'])
+def test_watermark_with_a_bad_row_count_is_a_data_error(rows):
+    content = '{"backfill_id": "b", "chunk_id": 1, "table": "public.t", "kind": "high", ' \
+              f'"rows": {rows}}}'
+    with pytest.raises(DataError, match="rows must be a whole number"):
+        parse_watermark(content)
 
 
 def test_snapshot_visibility_widens_32_bit_xids():

@@ -88,11 +88,14 @@ class Table:
                             truncate_restart_identity=False, unchanged_toast=None)
 
     def watermark(self, lsn: int, index: int, backfill_id: str, chunk_id: int, kind: str,
-                  snapshot: Mapping[str, Any] | None = None, xid: int | None = None) -> dict:
+                  snapshot: Mapping[str, Any] | None = None, xid: int | None = None,
+                  rows: int | None = None) -> dict:
         content = {"backfill_id": backfill_id, "chunk_id": chunk_id, "table": self.name,
                    "kind": kind}
         if snapshot is not None:
             content["snapshot"] = dict(snapshot)
+        if rows is not None:
+            content["rows"] = rows
         return {"commit_lsn": lsn, "change_index": index, "end_lsn": lsn + 1,
                 "xid": xid if xid is not None else lsn, "commit_ts": ts(lsn),
                 "op": OP_MESSAGE, "message_prefix": WATERMARK_PREFIX,
@@ -104,12 +107,14 @@ class Table:
                 **self._shape(), "values": self._values(values), "read_at": EPOCH}
 
 
-def make_config(root: Path, retention_hours: float = 168.0, tables="*"):
+def make_config(root: Path, retention_hours: float = 168.0, tables="*",
+                max_batch_rows: int = 2_000_000):
     """A silver job config for a lake at `root` (the source DSN is never used)."""
     from pipelines.config import Config, LakeConfig, SilverConfig, SourceConfig
 
     return Config(source=SourceConfig(dsn="host=unused", tables=tables), lake=LakeConfig(root),
-                  silver=SilverConfig(tombstone_retention_hours=retention_hours))
+                  silver=SilverConfig(tombstone_retention_hours=retention_hours,
+                                      max_batch_rows=max_batch_rows))
 
 
 def arrow(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:

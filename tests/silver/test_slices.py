@@ -1,0 +1,108 @@
+"""A backlog larger than silver.max_batch_rows is applied in slices, with the same result."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from bronze_builder import BronzeLake, Table, make_config
+from deltalake import DeltaTable
+
+from pipelines.silver.job import run_silver
+from pipelines.silver.slicing import LAST_INDEX, bucket_width, slice_end
+
+ITEMS = Table()
+MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
+                ("project", "member"))
+SNAP = {"xmin": 90, "xmax": 95, "xip": []}
+
+
+def test_slice_end_is_none_when_everything_fits():
+    assert slice_end(100, 10, {0: 3, 2: 4}, [((125, 0), 3)], limit=10) is None
+
+
+def test_a_slice_ends_after_the_last_bucket_that_fits():
+    # buckets of 10 LSNs from 100: 100-109 has 3 rows, 110-119 has 4, 120-129 has 5
+    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=8) == (119, LAST_INDEX)
+    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=6) == (109, LAST_INDEX)
+
+
+def test_a_chunk_counts_in_the_bucket_of_its_high_watermark():
+    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=7) == (109, LAST_INDEX)
+    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=8) == (119, LAST_INDEX)
+
+
+def test_a_first_bucket_larger_than_the_limit_is_still_one_slice():
+    assert slice_end(100, 10, {0: 50, 1: 1}, [], limit=8) == (109, LAST_INDEX)
+    assert slice_end(100, 10, {3: 50, 7: 1}, [], limit=8) == (139, LAST_INDEX)
+
+
+def test_bucket_width_spreads_the_lsns_over_at_most_1024_buckets():
+    assert bucket_width(100, 100) == 1
+    assert bucket_width(0, 1023) == 1 and bucket_width(0, 1024) == 2
+    width = bucket_width(5, 10**9)
+    assert (10**9 - 5) // width < 1024
+
+
+def backlog(lake):
+    """Changes over many commits, a backfill chunk of 4 rows, and a truncate late on."""
+    changes = []
+    for n in range(1, 13):
+        changes.append(ITEMS.insert(10 + n, 0, id=n, name=f"n{n}", doc=f"D{n}"))
+    changes += [
+        ITEMS.watermark(30, 0, "b1", 1, "low"),
+        ITEMS.update(31, 0, id=101, name="new", unchanged=["doc"], xid=93),  # in the window
+        ITEMS.watermark(32, 0, "b1", 1, "high", SNAP, rows=4),
+        ITEMS.update(40, 0, id=1, name="n1b", unchanged=["doc"]),
+        ITEMS.delete(41, 0, id=2),
+        ITEMS.update(42, 0, id=30, name="moved", unchanged=["doc"], old_key={"id": 3}),
+        MEMBERS.insert(43, 0, project=1, member=1, role="owner"),
+        MEMBERS.truncate(50, 0),
+        MEMBERS.insert(51, 0, project=1, member=2, role="dev"),
+    ]
+    lake.append_changes(changes)
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, i, id=100 + i, name="old", doc=f"P{i}")
+                           for i in range(4)])
+
+
+def silver(spark, root, table):
+    df = spark.read.format("delta").load(str(root / "silver" / "public" / table))
+    return sorted(tuple(r) for r in df.collect())
+
+
+def test_a_backlog_is_applied_in_slices_with_the_same_tables_and_report(sail, tmp_path, caplog):
+    whole_lake, sliced_lake = BronzeLake(tmp_path / "whole"), BronzeLake(tmp_path / "sliced")
+    for lake in (whole_lake, sliced_lake):
+        backlog(lake)
+    whole = run_silver(make_config(whole_lake.root), sail)
+    assert DeltaTable(str(whole_lake.root / "_state/silver_progress")).version() == 0
+    with caplog.at_level(logging.INFO, logger="pipelines.silver.job"):
+        sliced = run_silver(make_config(sliced_lake.root, max_batch_rows=5), sail)
+    for table in ("items", "members"):
+        assert silver(sail, sliced_lake.root, table) == silver(sail, whole_lake.root, table)
+    assert sliced.upto == whole.upto == (51, 0)
+    assert sliced.tables == whole.tables  # counts summed over the slices
+    slices = DeltaTable(str(sliced_lake.root / "_state/silver_progress")).version() + 1
+    assert slices >= 4  # 12 inserts, a 4-row chunk, 7 more changes at <= 5 rows a slice
+    assert sum("applying a slice" in r.getMessage() for r in caplog.records) == slices - 1
+
+
+def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(sail, lake):
+    lake.append_changes(
+        [MEMBERS.insert(10, 0, project="p1", member=1, role="x")]  # cannot be typed
+        + [ITEMS.insert(10 + n, 0, id=n, name=f"n{n}") for n in range(1, 9)])
+    report = run_silver(make_config(lake.root, max_batch_rows=3), sail)
+    assert [t.table for t in report.failed] == ["public.members"]
+    assert "cannot be typed as int" in report.failed[0].error
+    assert [r[0] for r in silver(sail, lake.root, "items")] == list(range(1, 9))
+    assert not (lake.root / "silver/public/members").exists()
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_a_replay_in_slices_changes_nothing(sail, lake, limit):
+    backlog(lake)
+    run_silver(make_config(lake.root), sail)
+    expected = silver(sail, lake.root, "items")
+    DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
+    run_silver(make_config(lake.root, max_batch_rows=limit), sail)
+    assert silver(sail, lake.root, "items") == expected
