@@ -5,8 +5,9 @@ table: rows that predate the slot (only a backfill can bring them), inserts, upd
 that leave a TOASTed column unchanged, deletes, re-inserts, primary key changes,
 truncates, and a DBLog backfill whose chunks race with the changes, including a
 transaction that commits before a low watermark but is invisible to the chunk's
-snapshot. The bronze it lands is applied in one batch, in several small batches, and
-replayed from an earlier position; every result must equal the model's final table.
+snapshot. The bronze it lands is applied in one batch, in several small batches, in
+slices of a few rows (silver.max_batch_rows), and replayed from an earlier position;
+every result must equal the model's final table.
 Sail only (it writes Delta).
 """
 
@@ -76,11 +77,12 @@ class History:
         self.rows.clear()
         self.landed.append(("changes", [T.truncate(self.lsn, 0, self.xid)]))
 
-    def watermark(self, chunk: str, kind: str, snapshot: dict | None = None) -> None:
+    def watermark(self, chunk: str, kind: str, snapshot: dict | None = None,
+                  rows: int | None = None) -> None:
         self.lsn += 1
         self.xid += 1
         self.landed.append(("changes", [T.watermark(self.lsn, 0, "bf", int(chunk), kind,
-                                                    snapshot, xid=self.xid)]))
+                                                    snapshot, xid=self.xid, rows=rows)]))
 
     def random_change(self) -> None:
         rng, keys = self.rng, sorted(self.rows)
@@ -136,7 +138,7 @@ def generate(seed: int) -> tuple[History, dict[int, tuple[str, str]]]:
         xmin = invisible[0] if invisible else h.xid + 1
         snapshot = {"xmin": EPOCH + xmin, "xmax": EPOCH + h.xid + 1,
                     "xip": [EPOCH + invisible[0]] if invisible else []}
-        h.watermark(str(number), "high", snapshot)
+        h.watermark(str(number), "high", snapshot, rows=len(rows))
         if rng.random() < 0.15:
             h.truncate()
     for _ in range(rng.randint(3, 8)):
@@ -170,6 +172,13 @@ def test_any_batching_and_replay_converges_to_the_source(sail, tmp_path, seed):
     assert silver(sail, whole) == expected
 
     rng = random.Random(seed)
+    sliced = BronzeLake(tmp_path / "sliced")
+    land(sliced, history.landed)
+    assert not run_silver(make_config(sliced.root, max_batch_rows=rng.randint(5, 10)),
+                          sail).failed
+    assert silver(sail, sliced) == expected
+    assert DeltaTable(str(sliced.layout.state("silver_progress"))).version() > 0  # sliced
+
     pieces = BronzeLake(tmp_path / "pieces")
     config = make_config(pieces.root)
     cuts = sorted(rng.sample(range(1, len(history.landed)), 3)) + [len(history.landed)]
