@@ -33,6 +33,7 @@ bench: install
 	$(BIN)/python -m bench.ingest_bench
 	$(BIN)/python -m bench.backfill_bench
 	$(BIN)/python -m bench.silver_bench
+	$(BIN)/python -m bench.silver_first_run
 
 clean:
 	rm -rf $(VENV) .lakehouse lake
