@@ -20,7 +20,7 @@ from pipelines.backfill.state import StateStore
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
-from pipelines.lake import LakeLayout
+from pipelines.lake import LOG_RETENTION, LakeLayout, with_log_retention
 from pipelines.source.connection import connect
 from pipelines.source.setup import check_keys, resolve_tables
 
@@ -55,7 +55,9 @@ def run_backfill(config: Config, options: BackfillOptions,
     layout = LakeLayout(config.lake.path)
     store = StateStore(layout.state("backfills"))
     store.ensure()
-    DeltaTable.create(str(layout.bronze_snapshots), schema=SNAPSHOTS_SCHEMA, mode="ignore")
+    # Before the table jobs start: the retention's metadata commit would fail their appends.
+    with_log_retention(DeltaTable.create(str(layout.bronze_snapshots), schema=SNAPSHOTS_SCHEMA,
+                                         mode="ignore", configuration=LOG_RETENTION))
     jobs = [TableBackfill(config.source, table, options.chunk_size, options.restart, store,
                           layout, display or ProgressDisplay(), stop or threading.Event())
             for table in tables]

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.catalog import TableNames, ensure_schema, read_table, save_table, table_exists
 from pipelines.gold.reports import SILVER_SCHEMA
-from pipelines.lake import LakeLayout
+from pipelines.lake import LakeLayout, trim_log
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -76,6 +76,7 @@ class LakeGoldIO:
         # overwriteSchema: a report whose declared schema changed replaces the old table
         (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
          .save(self.report_location(report)))
+        trim_log(self.layout.gold(report))
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         return spark.read.format("delta").load(self.report_location(report))
@@ -117,6 +118,8 @@ class TableGoldIO:
         ensure_schema(self.spark, target)
         save_table(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
                    target)
+        if target.path is not None:  # a catalog table's log is the catalog's business
+            trim_log(target.path)
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         return read_table(spark, self.names.gold(report))

@@ -39,6 +39,7 @@ from pipelines.errors import DataError
 from pipelines.ingest.bronze_files import (
     SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
+from pipelines.lake import LOG_RETENTION, with_log_retention
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def read_progress(path: Path, app_id: str) -> Progress:
         table = DeltaTable(str(path))
     except TableNotFoundError:
         DeltaTable.create(str(path), schema=CHANGES_SCHEMA, mode="ignore",
-                          name="bronze_changes",
+                          configuration=LOG_RETENTION, name="bronze_changes",
                           description="raw Postgres change log (pgoutput), one row per change")
         return Progress()
     end_lsn = table.transaction_version(app_id) or 0
@@ -312,8 +313,13 @@ class BronzeWriter:
 
     def _commit(self, batch: _Batch | _Files) -> None:
         position = batch.progress.position
-        if self._table is None:
-            self._table = DeltaTable(str(self.path))
+        if self._table is None:  # the ingest is bronze/changes' only writer
+            # Every commit carries the position read_progress looks for, this one too:
+            # the log may keep nothing older than it (LOG_RETENTION).
+            landed = self._durable.position
+            self._table = with_log_retention(
+                DeltaTable(str(self.path)),
+                {POSITION_KEY: f"{landed[0]}:{landed[1]}"} if landed != NO_POSITION else None)
         properties = CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id, version=batch.progress.end_lsn)],
             custom_metadata={POSITION_KEY: f"{position[0]}:{position[1]}"})

@@ -12,11 +12,12 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import SparkSession
 
-from pipelines.catalog import TableNames
+from pipelines.catalog import TableNames, TableRef
 from pipelines.config import ALL_TABLES, Config
 from pipelines.errors import ConfigError, DataError
 from pipelines.ingest.lsn import format_lsn
@@ -131,6 +132,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         scanned = scan.upto if tables is None and not rebuild else None
         write_progress(spark, progress_path, progress_exists, new_progress, scanned)
         progress_exists = True
+        _trim_logs(run, [r.table for r in slice_reports if not r.error], progress_path)
         progress = Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
         for report in slice_reports:
             reports[report.table] = _combined(reports.get(report.table), report)
@@ -175,6 +177,15 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
         if before.error is None and before.position < scan.upto:
             new_progress[name] = replace(before, position=scan.upto)
     return reports, new_progress
+
+
+def _trim_logs(run: SilverContext, tables: Sequence[str], progress_path: Path) -> None:
+    """Keep the Delta logs this run committed to short (pipelines.lake.LOG_RETENTION)."""
+    for name in tables:
+        schema, table = name.split(".", 1)
+        run.maintenance.trim_log(run.names.silver(schema, table))
+        run.maintenance.trim_log(run.names.tombstones(schema, table))
+    run.maintenance.trim_log(TableRef(path=progress_path))
 
 
 def _combined(earlier: TableReport | None, later: TableReport) -> TableReport:

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.catalog import TableRef, quote, silver_table_name
 from pipelines.config import Config
+from pipelines.lake import trim_log
 
 CATALOG_DATABASE = "silver"
 table_name = silver_table_name  # users, sales_orders: the name in a catalog
@@ -35,6 +36,9 @@ class Maintenance(Protocol):
 
     def register_all(self, spark: SparkSession, root: Path) -> list[str]:
         """Register every silver table under `root` (<lake>/silver): at session start."""
+
+    def trim_log(self, table: TableRef) -> None:
+        """Delete the table's expired Delta log files (see pipelines.lake.LOG_RETENTION)."""
 
 
 class LocalMaintenance:
@@ -76,6 +80,10 @@ class LocalMaintenance:
                     names.append(catalog_name(schema_dir.name, table_dir.name))
         return names
 
+    def trim_log(self, table: TableRef) -> None:
+        if table.path is not None:
+            trim_log(table.path)
+
 
 class DatabricksMaintenance:
     """The job cluster's session. Silver tables are Unity Catalog managed tables, created
@@ -98,6 +106,9 @@ class DatabricksMaintenance:
 
     def register_all(self, spark: SparkSession, root: Path) -> list[str]:
         return []  # Unity Catalog persists
+
+    def trim_log(self, table: TableRef) -> None:
+        return None  # Databricks cleans up Delta logs itself, and lists them by offset
 
 
 def maintenance_for(config: Config, spark: SparkSession) -> Maintenance:

@@ -218,3 +218,34 @@ def test_an_end_lsn_after_every_row_landed_gets_a_commit_of_its_own(path):
     writer.close()
     assert read_progress(path, "slot") == Progress(250, (200, 1))
     assert landed(path) == [(200, 0, 8, "a"), (200, 1, 8, "b")]
+
+
+
+def test_an_older_bronze_table_gets_the_log_retention_in_a_commit_with_the_position(path):
+    from deltalake import DeltaTable
+
+    from pipelines.bronze.schema import CHANGES_SCHEMA
+    from pipelines.lake import LOG_RETENTION
+
+    DeltaTable.create(str(path), schema=CHANGES_SCHEMA)  # a lake made before the retention
+    old = BronzeWriter(path, "slot")
+    old._table = DeltaTable(str(path))  # as the ingest of then: no retention set
+    old.begin(100, 0, 7, TS)
+    old.append(insert("a"))
+    old.end_unit(150)
+    old.flush()
+    old.close()
+    assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
+
+    writer = BronzeWriter(path, "slot")
+    writer.begin(200, 0, 8, TS)
+    writer.append(insert("b"))
+    writer.end_unit(250)
+    assert writer.flush() == Progress(250, (200, 0))
+    writer.close()
+    table = DeltaTable(str(path))
+    assert table.metadata().configuration.items() >= LOG_RETENTION.items()
+    newest = table.history(limit=2)  # the rows' commit, then the retention's
+    assert [c.get("lakehouse.position") for c in newest] == ["200:0", "100:0"]
+    assert newest[1]["operation"] == "SET TBLPROPERTIES"
+    assert read_progress(path, "slot") == Progress(250, (200, 0))

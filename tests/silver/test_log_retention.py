@@ -1,0 +1,78 @@
+"""The Delta logs the pipeline commits to stay short (pipelines.lake.LOG_RETENTION)."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+from bronze_builder import BronzeLake, Table, make_config
+from deltalake import DeltaTable, write_deltalake
+
+from pipelines import lake as lake_module
+from pipelines.backfill.state import BackfillState, StateStore
+from pipelines.ingest.bronze_writer import read_progress
+from pipelines.lake import LOG_RETENTION, trim_log, with_log_retention
+from pipelines.silver.job import run_silver
+
+SHORT = {"delta.logRetentionDuration": "interval 0 seconds"}
+
+
+def log_entries(path) -> list[str]:
+    return sorted(os.listdir(path / "_delta_log"))
+
+
+def test_tables_the_pipeline_creates_with_delta_rs_carry_the_retention(tmp_path):
+    read_progress(tmp_path / "changes", "lakehouse")  # the ingest creates bronze/changes
+    StateStore(tmp_path / "backfills").save(BackfillState.new("b", "public.t", None))
+    for name in ("changes", "backfills"):
+        configuration = DeltaTable(str(tmp_path / name)).metadata().configuration
+        assert configuration.items() >= LOG_RETENTION.items()
+
+
+def test_an_older_table_gets_the_retention_once(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"a": [1]}))
+    table = with_log_retention(DeltaTable(path))
+    assert table.version() == 1 and table.metadata().configuration.items() >= LOG_RETENTION.items()
+    assert with_log_retention(DeltaTable(path)).version() == 1  # already set: no commit
+
+
+def test_delta_rs_deletes_expired_logs_at_its_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setattr(lake_module, "LOG_RETENTION", SHORT)
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"a": [0]}))
+    table = with_log_retention(DeltaTable(str(path)))
+    for i in range(1, 121):  # delta-rs writes a checkpoint every 100 commits
+        write_deltalake(table, pa.table({"a": [i]}), mode="append")
+    commits = [e for e in log_entries(path) if e.endswith(".json")]
+    assert len(commits) < 40 and commits[-1] == f"{121:020d}.json"
+    assert DeltaTable(str(path)).count() == 121
+
+
+def test_sail_tables_are_trimmed_after_a_run_and_stay_readable(sail, tmp_path, monkeypatch):
+    monkeypatch.setattr(lake_module, "LOG_RETENTION", SHORT)
+    monkeypatch.setattr(lake_module, "TRIM_LOG_ENTRIES", 20)
+    items = Table()
+    bronze = tmp_path / "lake"
+    lake = BronzeLake(bronze)
+    config = make_config(bronze)
+    for n in range(1, 13):  # 12 runs: 12 silver commits (Sail checkpoints every 10)
+        lake.append_changes([items.insert(10 + n, 0, id=n, name=f"n{n}")])
+        run_silver(config, sail)
+    silver = bronze / "silver" / "public" / "items"
+    entries = log_entries(silver)
+    assert len(entries) <= 20  # trimmed: Sail alone keeps .json, .crc and checkpoints
+    assert not any(e.startswith(f"{0:020d}.") for e in entries)
+    rows = sail.read.format("delta").load(str(silver)).select("id").orderBy("id").collect()
+    assert [r.id for r in rows] == list(range(1, 13))
+    lake.append_changes([items.update(30, 0, id=1, name="again")])
+    run_silver(config, sail)  # Sail still merges into the trimmed table
+    assert sail.read.format("delta").load(str(silver)).where("id = 1").first().name == "again"
+
+
+def test_trim_log_leaves_a_short_log_alone(tmp_path):
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"a": [1]}))
+    assert trim_log(path) is False and DeltaTable(str(path)).version() == 0
+    assert trim_log(tmp_path / "missing") is False
+
