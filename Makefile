@@ -34,6 +34,7 @@ bench: install
 	$(BIN)/python -m bench.backfill_bench
 	$(BIN)/python -m bench.silver_bench
 	$(BIN)/python -m bench.silver_first_run
+	$(BIN)/python -m bench.delta_log_bench
 
 clean:
 	rm -rf $(VENV) .lakehouse lake
