@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,9 +70,10 @@ def trim_log(path: Path) -> bool:
     checkpoints but never deletes a log file), once its log has more than
     TRIM_LOG_ENTRIES entries; True if it did. Called by the table's writer after a run.
 
-    delta-rs deletes the expired commits and checkpoints; the checksum file (.crc) Sail
-    writes beside each commit goes too, once its commit is gone: it describes nothing
-    any more.
+    delta-rs deletes the expired commits and checkpoints; the checksum files beside each
+    commit (Sail's `N.crc`, Hadoop's `.N.json.crc`) go too, once their commit is gone:
+    they describe nothing any more. Best effort: a failure is logged, the run goes on
+    (the log is only longer than it should be).
     """
     from deltalake import DeltaTable
 
@@ -79,15 +81,26 @@ def trim_log(path: Path) -> bool:
     try:
         if len(os.listdir(log)) <= TRIM_LOG_ENTRIES:
             return False
-    except FileNotFoundError:
+        with_log_retention(DeltaTable(str(path))).cleanup_metadata()
+        names = os.listdir(log)
+        commits = [_version(name) for name in names if name.endswith(".json")]
+        oldest = min((v for v in commits if v is not None), default=0)
+        for name in names:
+            version = _version(name)
+            if name.endswith(".crc") and version is not None and version < oldest:
+                (log / name).unlink(missing_ok=True)
+        return True
+    except Exception:  # noqa: BLE001 - trimming must never fail the run that committed
+        logging.getLogger(__name__).warning("could not trim the Delta log of %s", path,
+                                            exc_info=True)
         return False
-    with_log_retention(DeltaTable(str(path))).cleanup_metadata()
-    names = os.listdir(log)
-    oldest = min(int(name[:-5]) for name in names if name.endswith(".json"))
-    for name in names:
-        if name.endswith(".crc") and name[:-4].isdigit() and int(name[:-4]) < oldest:
-            (log / name).unlink(missing_ok=True)
-    return True
+
+
+def _version(name: str) -> int | None:
+    """The commit version a log file belongs to (00000000000000000012.json,
+    00000000000000000012.crc, .00000000000000000012.json.crc); None for others."""
+    digits = name.lstrip(".").split(".", 1)[0]
+    return int(digits) if digits.isdigit() else None
 
 
 def read_delta(path: Path | str, columns: list[str] | None = None,

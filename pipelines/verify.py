@@ -28,7 +28,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.backfill.catalog import table_shape
-from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, row_key
+from pipelines.backfill.chunk import (
+    chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config
@@ -44,7 +45,10 @@ from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
 
-CHUNK_ROWS = 500_000  # source rows per COPY and scratch Parquet file
+FIRST_CHUNK_ROWS = 1_000  # then as many as fit CHUNK_BYTES at the width these showed
+CHUNK_ROWS = 500_000  # source rows per COPY and scratch Parquet file, at most
+CHUNK_BYTES = 64 << 20  # CSV per COPY, about: wide rows make chunks shorter
+STALE_SCRATCH_SECONDS = 24 * 3600  # a verify killed before its cleanup left these
 
 
 @dataclass(frozen=True)
@@ -138,12 +142,13 @@ def source_snapshot(spark: SparkSession, conn: psycopg.Connection, table: str,
     """
     shape = table_shape(conn, table, publication)
     scratch.mkdir(parents=True)
-    after, part = None, 0
+    after, part, limit = None, 0, FIRST_CHUNK_ROWS
     while part == 0 or after is not None:
-        data, rows, last = copy_out(conn, chunk_statement(shape, after, CHUNK_ROWS))
+        data, rows, last = copy_out(conn, chunk_statement(shape, after, limit))
         text = parse_csv(data, len(shape.columns)).rename_columns(list(shape.columns))
         pq.write_table(text, scratch / f"part-{part:05d}.parquet")
-        after = row_key(shape, last) if rows == CHUNK_ROWS else None
+        after = row_key(shape, last) if rows == limit else None
+        limit = next_chunk_rows(rows, len(data), CHUNK_ROWS, CHUNK_BYTES)
         part += 1
     columns = [SourceColumn(name, type_name, type_mod, name in shape.key_columns)
                for name, type_name, type_mod in zip(shape.columns, shape.type_names,
@@ -154,8 +159,14 @@ def source_snapshot(spark: SparkSession, conn: psycopg.Connection, table: str,
 
 @contextmanager
 def scratch_directory(config: Config) -> Iterator[Path]:
-    """A directory under the lake for one verify run's source files, removed afterwards."""
-    path = LakeLayout(config.lake.path).state("verify") / uuid.uuid4().hex
+    """A directory under the lake for one verify run's source files, removed afterwards
+    (with any a killed run left more than a day ago)."""
+    root = LakeLayout(config.lake.path).state("verify")
+    if root.is_dir():
+        for stale in root.iterdir():
+            if time.time() - stale.stat().st_mtime > STALE_SCRATCH_SECONDS:
+                shutil.rmtree(stale, ignore_errors=True)
+    path = root / uuid.uuid4().hex
     try:
         yield path
     finally:
@@ -218,12 +229,13 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
     """Compare the tables in scope (default: every configured table)."""
     wait_for_ingest(config, wait_seconds)
     with connect(with_text_format(config.source.dsn)) as conn:
-        scope = configured_tables(config, tables) or list(resolve_tables(conn, "*"))
+        scope = list(dict.fromkeys(configured_tables(config, tables)
+                                   or resolve_tables(conn, "*")))
         check_silver_current(config, spark, scope)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         with scratch_directory(config) as scratch:
-            return [compare_table(spark, conn, config, table, sample, scratch / table)
-                    for table in scope]
+            return [compare_table(spark, conn, config, table, sample, scratch / f"{i:04d}")
+                    for i, table in enumerate(scope)]
 
 
 def format_diffs(diffs: Sequence[TableDiff]) -> str:

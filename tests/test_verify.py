@@ -49,17 +49,23 @@ def test_silver_equals_the_source_after_the_pipeline(pipeline, spark):
         ("public.things", True, 49, 49), ("public.pairs", True, 2, 2)]
 
 
-def test_the_source_is_read_in_keyset_chunks_whose_files_go_away(pipeline, spark, monkeypatch):
-    monkeypatch.setattr(verify, "CHUNK_ROWS", 7)
+def scratch_files(monkeypatch) -> dict[str, list[int]]:
+    """Rows of each scratch file verify wrote, per table (filled as it compares)."""
     files, compare = {}, verify.compare_table
 
     def spy(spark, conn, config, table, sample, scratch):
         diff = compare(spark, conn, config, table, sample, scratch)
-        files[table] = sum(pq.read_metadata(f).num_rows for f in sorted(scratch.iterdir())), \
-            len(list(scratch.iterdir()))
+        files[table] = [pq.read_metadata(f).num_rows for f in sorted(scratch.iterdir())]
         return diff
 
     monkeypatch.setattr(verify, "compare_table", spy)
+    return files
+
+
+def test_the_source_is_read_in_keyset_chunks_whose_files_go_away(pipeline, spark, monkeypatch):
+    monkeypatch.setattr(verify, "FIRST_CHUNK_ROWS", 7)
+    monkeypatch.setattr(verify, "CHUNK_ROWS", 7)
+    files = scratch_files(monkeypatch)
     with psycopg.connect(pipeline.source.dsn) as conn:
         conn.execute("DELETE FROM pairs")  # an empty table still compares (one empty file)
     run_ingest(pipeline, IngestOptions(until_idle=0.3), StopRequested())
@@ -68,8 +74,19 @@ def test_the_source_is_read_in_keyset_chunks_whose_files_go_away(pipeline, spark
     assert [(d.table, d.equal, d.source_rows, d.silver_rows) for d in diffs] == [
         ("public.things", True, 49, 49), ("public.pairs", True, 0, 0)]
     # 49 rows: 7 full chunks, then an empty one that ends the keyset; pairs: one empty
-    assert files == {"public.things": (49, 8), "public.pairs": (0, 1)}
+    assert files == {"public.things": [7] * 7 + [0], "public.pairs": [0]}
     assert list((pipeline.lake.path / "_state" / "verify").iterdir()) == []
+
+
+def test_wide_rows_make_shorter_chunks_and_a_table_named_twice_compares_once(
+        pipeline, spark, monkeypatch):
+    monkeypatch.setattr(verify, "FIRST_CHUNK_ROWS", 5)
+    monkeypatch.setattr(verify, "CHUNK_BYTES", 200)  # about 4 rows of `things`
+    files = scratch_files(monkeypatch)
+    diffs = run_verify(pipeline, spark, ["things", "public.things"], wait_seconds=5)
+    assert [(d.table, d.equal, d.source_rows) for d in diffs] == [("public.things", True, 49)]
+    sizes = files["public.things"]
+    assert sum(sizes) == 49 and sizes[0] == 5 and max(sizes[1:]) < 5 and len(sizes) > 10
 
 
 def test_planted_differences_are_found_by_key(pipeline, spark):

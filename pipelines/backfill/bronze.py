@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import (ColumnProperties, CommitProperties, DeltaTable, WriterProperties,
                        write_deltalake)
+from deltalake.exceptions import CommitFailedError
 
 REOPEN_COMMITS = 100
 # Dictionaries and min/max statistics of the list columns cost half the write time and
@@ -43,11 +44,19 @@ class SnapshotWriter:
             return
         if self._commits == REOPEN_COMMITS:
             self._delta, self._commits = DeltaTable(self.path), 0
-        write_deltalake(
-            self._delta, pa.concat_tables(batches), mode="append",
-            writer_properties=BRONZE_WRITER,
-            commit_properties=CommitProperties(custom_metadata={
-                "lakehouse.backfill_id": self.backfill_id,
-                "lakehouse.chunk_ids": ",".join(str(chunk_id) for chunk_id, _ in chunks),
-                "lakehouse.table": self.table}))
+        rows = pa.concat_tables(batches)
+        properties = CommitProperties(custom_metadata={
+            "lakehouse.backfill_id": self.backfill_id,
+            "lakehouse.chunk_ids": ",".join(str(chunk_id) for chunk_id, _ in chunks),
+            "lakehouse.table": self.table})
+        try:
+            write_deltalake(self._delta, rows, mode="append", writer_properties=BRONZE_WRITER,
+                            commit_properties=properties)
+        except CommitFailedError:
+            # Appends never conflict with each other; a metadata commit does (another
+            # backfill process setting the log retention on a lake made before it).
+            # Nothing of this attempt is in the table: write it again, once.
+            self._delta = DeltaTable(self.path)
+            write_deltalake(self._delta, rows, mode="append", writer_properties=BRONZE_WRITER,
+                            commit_properties=properties)
         self._commits += 1

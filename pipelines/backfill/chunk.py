@@ -94,6 +94,14 @@ def read_chunk(conn: psycopg.Connection, shapes: ShapeCache, after: tuple[str, .
     return RawChunk(shape, data, rows, row_key(shape, last_row), snapshot, read_at)
 
 
+def next_chunk_rows(rows: int, data_bytes: int, max_rows: int, max_bytes: int) -> int:
+    """Rows for the next chunk: at most `max_rows`, and about `max_bytes` of CSV at the
+    row width the last chunk (`rows` rows in `data_bytes` bytes) showed."""
+    if not data_bytes:
+        return max_rows
+    return max(1, min(max_rows, max_bytes * rows // data_bytes))
+
+
 def row_key(shape: SourceTable, row: bytes | None) -> tuple[str, ...] | None:
     """The keyset cursor (key values as text, in keyset order) of one CSV row."""
     if row is None:

@@ -27,7 +27,8 @@ from deltalake.exceptions import DeltaError
 
 from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.catalog import estimated_rows, key_order, regclass
-from pipelines.backfill.chunk import RawChunk, ShapeCache, SnapshotBuilder, read_chunk
+from pipelines.backfill.chunk import (
+    RawChunk, ShapeCache, SnapshotBuilder, next_chunk_rows, read_chunk)
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
 from pipelines.backfill.watermark import emit_watermark
@@ -282,9 +283,8 @@ class TableBackfill:
                 _put(outbox, _Raw(chunk_id, chunk, cursor, last), halt)
                 if last:
                     return
-                if chunk.data:
-                    limit = max(1, min(self.chunk_size,
-                                       MAX_CHUNK_BYTES * chunk.num_rows // len(chunk.data)))
+                limit = next_chunk_rows(chunk.num_rows, len(chunk.data), self.chunk_size,
+                                        MAX_CHUNK_BYTES)
                 del chunk  # the next read must not keep this chunk's CSV alive
             _put(outbox, _STOPPED, halt)
         except BaseException as exc:  # handed down the pipeline to the writer, which raises it

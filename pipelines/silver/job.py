@@ -113,11 +113,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     while True:  # one pass per slice; all new bronze unless it exceeds max_batch_rows
         bounds, default = lower_bounds(progress, scope)
         stopped = {name for name, report in reports.items() if report.error}
-        for name in stopped:  # its rows are not counted, nor scanned, again in this run
-            bounds[name] = max(bounds.get(name, default), upto)
         scan = scan_bronze(changes, bounds, default, scope,
                            lambda: watermarks_before(changes, min([default, *bounds.values()])),
-                           max_rows=config.silver.max_batch_rows)
+                           max_rows=config.silver.max_batch_rows,
+                           excluded=stopped)  # not counted, nor scanned, again in this run
         if scan.upto is None:
             break
         if scan.sliced:
@@ -127,9 +126,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         clashes = names.silver_clashes(configured if configured is not None
                                        else [*progress.tables, *scan.tables])
         slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes,
-                                                  replaced=set(rebuild) - set(reports),
-                                                  skip=stopped)
-        scanned = scan.upto if tables is None and not rebuild else None
+                                                  replaced=set(rebuild) - set(reports))
+        # Every table was scanned to here (a slice held back by a stopped table may end
+        # before an earlier run's mark: that mark stands).
+        scanned = max(scan.upto, progress.scanned) if tables is None and not rebuild else None
         write_progress(spark, progress_path, progress_exists, new_progress, scanned)
         progress_exists = True
         _trim_logs(run, [r.table for r in slice_reports if not r.error], progress_path)
@@ -145,17 +145,16 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
 
 def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
                 bounds: dict[str, Position], clashes: dict[str, list[str]],
-                replaced: set[str], skip: set[str]
-                ) -> tuple[list[TableReport], dict[str, TableProgress]]:
+                replaced: set[str]) -> tuple[list[TableReport], dict[str, TableProgress]]:
     """Apply each table's part of one scan: reports, and the progress to record.
 
     replaced: tables whose silver and tombstone tables this pass replaces (a rebuild's
-    first pass); skip: tables a DataError stopped in an earlier slice of this run.
+    first pass).
     """
     reports, new_progress = [], {}
     for name in sorted(scan.tables):
         table = scan.tables[name]
-        if not table.has_work or name in skip:
+        if not table.has_work:
             continue
         before = progress.of(name)
         try:
@@ -172,8 +171,10 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
         reports.append(TableReport(table.name, table.inserts, table.updates, table.deletes,
                                    table.truncate is not None, len(table.windows),
                                    applied.columns_added, applied.columns_widened))
-    for name in set(bounds) & set(progress.tables) - set(new_progress) - skip:
-        before = progress.tables[name]  # nothing new up to scan.upto: move it up
+    # A table with nothing new up to scan.upto moves up, unless an error stopped it or a
+    # rebuild has not replaced it yet (an interrupted run must start that one over).
+    for name in set(bounds) & set(progress.tables) - set(new_progress) - replaced:
+        before = progress.tables[name]
         if before.error is None and before.position < scan.upto:
             new_progress[name] = replace(before, position=scan.upto)
     return reports, new_progress

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -21,7 +21,7 @@ from pipelines.bronze.schema import (
 from pipelines.errors import DataError
 from pipelines.silver.events import is_after, shape_from_row
 from pipelines.silver.progress import Progress
-from pipelines.silver.slicing import bucket_width, change_rows_per_bucket, slice_end
+from pipelines.silver.slicing import first_slice_end
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.watermarks import (
     ChunkWindow, Position, Watermark, chunk_windows, parse_watermark)
@@ -78,8 +78,10 @@ def lower_bounds(progress: Progress, scope: Iterable[str] | None
 
 
 def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
-             scope: Iterable[str] | None, until: Position | None = None) -> DataFrame:
-    """Rows after each table's bound (messages: after the lowest bound), up to `until`."""
+             scope: Iterable[str] | None, until: Position | None = None,
+             excluded: Collection[str] = ()) -> DataFrame:
+    """Rows after each table's bound (messages: after the lowest bound), up to `until`,
+    of the tables in `scope` (None: all) but `excluded`."""
     lowest = min([default, *bounds.values()])
     name = _name(F.col("schema_name"), F.col("table_name"))
     lsn, index = F.when(F.col("schema_name").isNull(), F.lit(lowest[0])), \
@@ -91,6 +93,8 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
     rows = changes.filter(F.col("commit_lsn") >= F.lit(lowest[0]))
     if scope is not None:
         rows = rows.filter(F.col("schema_name").isNull() | name.isin(list(scope)))
+    if excluded:
+        rows = rows.filter(F.col("schema_name").isNull() | ~name.isin(list(excluded)))
     if until is not None:
         rows = rows.filter(~is_after(F.col("commit_lsn"), F.col("change_index"),
                                      F.lit(until[0]), F.lit(until[1])))
@@ -100,14 +104,16 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
 def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Position,
                 scope: Iterable[str] | None,
                 older_watermarks: Callable[[], Iterable[Watermark]],
-                max_rows: int | None = None, until: Position | None = None) -> BronzeScan:
+                max_rows: int | None = None, until: Position | None = None,
+                excluded: Collection[str] = ()) -> BronzeScan:
     """Summarize the new rows per table, up to `until` (two actions, plus one when a
-    chunk's low watermark is older than the new rows).
+    chunk's low watermark is older than the new rows); `excluded` tables are left out.
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
-    them per bucket of commit LSNs (one more action) and returns the first slice's scan.
+    them per bucket of commit LSNs (one more action, more for a dense burst) and returns
+    the first slice's scan.
     """
-    rows = new_rows(changes, bounds, default, scope, until)
+    rows = new_rows(changes, bounds, default, scope, until, excluded)
     position = F.struct("commit_lsn", "change_index")
     shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
     summary = rows.groupBy("schema_name", "table_name").agg(
@@ -157,25 +163,25 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
         else:
             marks.append(parse_watermark(bytes(r.message_content), position,
                                          utc_from_micros(r.commit_micros)))
-    _add_windows(tables, marks, bounds, default, scope, older_watermarks)
+    _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
     if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
-        width = bucket_width(first, upto[0])
-        end = slice_end(first, width, change_rows_per_bucket(rows, first, width),
-                        [(w.high, w.rows or 0) for t in tables.values() for w in t.windows],
-                        max_rows)
+        end = first_slice_end(rows, first, upto[0], [(w.high, w.rows or 0) for t in
+                                                     tables.values() for w in t.windows],
+                              max_rows)
         if end is not None:
             return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
-                                       until=end), sliced=True)
+                                       until=end, excluded=excluded), sliced=True)
     return BronzeScan(upto, max(newest) if newest else None, tables)
 
 
 def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
                  bounds: dict[str, Position], default: Position,
                  scope: Iterable[str] | None,
-                 older_watermarks: Callable[[], Iterable[Watermark]]) -> None:
+                 older_watermarks: Callable[[], Iterable[Watermark]],
+                 excluded: Collection[str]) -> None:
     in_scope = None if scope is None else set(scope)
     highs = [m for m in marks if m.kind == "high"
-             and (in_scope is None or m.table in in_scope)
+             and (in_scope is None or m.table in in_scope) and m.table not in excluded
              and m.position > bounds.get(m.table, default)]
     if not highs:
         return

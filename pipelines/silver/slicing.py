@@ -38,8 +38,10 @@ def change_rows_per_bucket(rows: DataFrame, first_lsn: int, width: int) -> dict[
 
 
 def slice_end(first_lsn: int, width: int, change_rows: Mapping[int, int],
-              chunks: Iterable[tuple[Position, int]], limit: int) -> Position | None:
-    """The last position of a slice of at most `limit` rows; None when all rows fit.
+              chunks: Iterable[tuple[Position, int]], limit: int
+              ) -> tuple[Position, bool] | None:
+    """Where a slice of at most `limit` rows ends, and whether it is one bucket that
+    alone holds more (True: a finer count inside it may cut it); None when all fit.
 
     change_rows: row changes per bucket (bucket b holds commit LSNs
     first_lsn + b * width .. first_lsn + (b + 1) * width - 1); chunks: each applicable
@@ -53,7 +55,32 @@ def slice_end(first_lsn: int, width: int, change_rows: Mapping[int, int],
     taken = None
     for bucket in sorted(rows):
         total += rows[bucket]
-        if total > limit and taken is not None:
-            return first_lsn + (taken + 1) * width - 1, LAST_INDEX
+        if total > limit:
+            if taken is None:  # the first bucket alone
+                return (first_lsn + (bucket + 1) * width - 1, LAST_INDEX), True
+            return (first_lsn + (taken + 1) * width - 1, LAST_INDEX), False
         taken = bucket
     return None
+
+
+def first_slice_end(rows: DataFrame, first_lsn: int, last_lsn: int,
+                    chunks: list[tuple[Position, int]], limit: int) -> Position | None:
+    """The end of the first slice of `rows` (new bronze/changes rows with commit LSNs
+    first_lsn..last_lsn) and `chunks`; None when all fit in `limit` rows.
+
+    A first bucket that alone holds more than the limit (a dense burst, e.g. a backfill
+    that ran while silver was stopped for long) is counted again in finer buckets, down
+    to a single commit LSN: one transaction is applied whole, however large.
+    """
+    low, high, end = first_lsn, last_lsn, None
+    while True:
+        width = bucket_width(low, high)
+        in_range = rows.filter(F.col("commit_lsn").between(low, high))
+        cut = slice_end(low, width, change_rows_per_bucket(in_range, low, width),
+                        [c for c in chunks if low <= c[0][0] <= high], limit)
+        if cut is None:  # all fit (a finer count of a crowded bucket never gets here)
+            return end
+        end, crowded = cut
+        if not crowded or width == 1:
+            return end
+        low, high = end[0] - width + 1, end[0]

@@ -76,3 +76,34 @@ def test_trim_log_leaves_a_short_log_alone(tmp_path):
     assert trim_log(path) is False and DeltaTable(str(path)).version() == 0
     assert trim_log(tmp_path / "missing") is False
 
+
+
+def test_trim_log_never_fails_the_run_that_calls_it(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(lake_module, "TRIM_LOG_ENTRIES", 2)
+    log = tmp_path / "broken" / "_delta_log"
+    log.mkdir(parents=True)
+    for name in ("00000000000000000000.json", "x.compacted.json", "junk"):
+        (log / name).write_text("{not json")
+    assert trim_log(tmp_path / "broken") is False
+    assert "could not trim the Delta log" in caplog.text
+
+
+def test_checksums_of_deleted_commits_go_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(lake_module, "LOG_RETENTION", SHORT)
+    monkeypatch.setattr(lake_module, "TRIM_LOG_ENTRIES", 5)
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"a": [0]}))
+    table = with_log_retention(DeltaTable(str(path)))
+    for i in range(1, 12):
+        write_deltalake(table, pa.table({"a": [i]}), mode="append")
+    table.create_checkpoint()
+    log = path / "_delta_log"
+    for version in range(13):  # as Sail (N.crc) and Hadoop (.N.json.crc) write them
+        (log / f"{version:020d}.crc").write_text("{}")
+        (log / f".{version:020d}.json.crc").write_text("")
+    assert trim_log(path) is True
+    kept = {e for e in log_entries(path) if e.endswith(".json")}
+    assert kept == {f"{12:020d}.json"}  # the checkpoint's version and after
+    assert {e for e in log_entries(path) if e.endswith(".crc")} == {
+        f"{12:020d}.crc", f".{12:020d}.json.crc"}
+    assert DeltaTable(str(path)).count() == 12

@@ -9,7 +9,7 @@ from bronze_builder import BronzeLake, Table, make_config
 from deltalake import DeltaTable
 
 from pipelines.silver.job import run_silver
-from pipelines.silver.slicing import LAST_INDEX, bucket_width, slice_end
+from pipelines.silver.slicing import LAST_INDEX, bucket_width, first_slice_end, slice_end
 
 ITEMS = Table()
 MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
@@ -23,18 +23,37 @@ def test_slice_end_is_none_when_everything_fits():
 
 def test_a_slice_ends_after_the_last_bucket_that_fits():
     # buckets of 10 LSNs from 100: 100-109 has 3 rows, 110-119 has 4, 120-129 has 5
-    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=8) == (119, LAST_INDEX)
-    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=6) == (109, LAST_INDEX)
+    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=8) == ((119, LAST_INDEX), False)
+    assert slice_end(100, 10, {0: 3, 1: 4, 2: 5}, [], limit=6) == ((109, LAST_INDEX), False)
 
 
 def test_a_chunk_counts_in_the_bucket_of_its_high_watermark():
-    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=7) == (109, LAST_INDEX)
-    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=8) == (119, LAST_INDEX)
+    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=7) == ((109, LAST_INDEX),
+                                                                           False)
+    assert slice_end(100, 10, {0: 3, 2: 1}, [((112, 4), 5)], limit=8) == ((119, LAST_INDEX),
+                                                                           False)
 
 
-def test_a_first_bucket_larger_than_the_limit_is_still_one_slice():
-    assert slice_end(100, 10, {0: 50, 1: 1}, [], limit=8) == (109, LAST_INDEX)
-    assert slice_end(100, 10, {3: 50, 7: 1}, [], limit=8) == (139, LAST_INDEX)
+def test_a_first_bucket_larger_than_the_limit_is_a_crowded_slice_of_its_own():
+    assert slice_end(100, 10, {0: 50, 1: 1}, [], limit=8) == ((109, LAST_INDEX), True)
+    assert slice_end(100, 10, {3: 50, 7: 1}, [], limit=8) == ((139, LAST_INDEX), True)
+
+
+def test_a_dense_burst_is_cut_by_counting_its_bucket_again(sail):
+    """Rows at LSNs 1..10,000,000 but 40 of them in a burst at 5,000,000-5,000,039: the
+    first count puts the burst in one bucket of ~9,766 LSNs; finer counts cut it."""
+    from bronze_builder import spark_frame
+
+    rows = [ITEMS.insert(lsn, 0, id=lsn, name="x") for lsn in (1, 10_000_000)]
+    rows += [ITEMS.insert(5_000_000 + i, 0, id=i + 2, name="x") for i in range(40)]
+    frame = spark_frame(sail, rows)
+    # 1,024 buckets of 9,766 LSNs: the first holds one row, the burst's is over the limit
+    assert first_slice_end(frame, 1, 10_000_000, [], limit=10) == (9_766, LAST_INDEX)
+    # from the burst on: its bucket alone is over, so it is counted in buckets of 5 LSNs
+    rest = frame.filter("commit_lsn > 1")
+    assert first_slice_end(rest, 5_000_000, 10_000_000, [], limit=10) == (5_000_009, LAST_INDEX)
+    single = [ITEMS.insert(7, i, id=i, name="x") for i in range(30)]  # one transaction
+    assert first_slice_end(spark_frame(sail, single), 7, 7, [], limit=10) == (7, LAST_INDEX)
 
 
 def test_bucket_width_spreads_the_lsns_over_at_most_1024_buckets():
@@ -96,6 +115,8 @@ def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(sail
     assert "cannot be typed as int" in report.failed[0].error
     assert [r[0] for r in silver(sail, lake.root, "items")] == list(range(1, 9))
     assert not (lake.root / "silver/public/members").exists()
+    # slice 1: the bad row and 2 items; then 3 + 3 items: the stopped table counts no more
+    assert DeltaTable(str(lake.root / "_state/silver_progress")).version() + 1 == 3
 
 
 @pytest.mark.parametrize("limit", [1, 3])
