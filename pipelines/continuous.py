@@ -22,6 +22,7 @@ from pipelines.errors import LakehouseError
 from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
 from pipelines.lake import LakeLayout
+from pipelines.passes import FailedPasses
 from pipelines.silver.job import run_silver
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,14 @@ class IngestProcess:
 def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.Event) -> int:
     """Silver and gold in a loop beside the ingest until `stop`; returns an exit code."""
     layout = LakeLayout(config.lake.path)
+    failures = FailedPasses("silver and gold pass")
     try:
         while not stop.is_set():
             if not ingest.running:
                 code = ingest.process.returncode
                 log.error("the ingest exited with %s; stopping", code)
                 return code or 1
-            apply_once(config, spark, layout)
+            failures.run(lambda: apply_once(config, spark, layout))
             stop.wait(config.silver.interval_seconds)
     finally:
         code = ingest.stop()

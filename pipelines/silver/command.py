@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
+from pipelines.passes import FailedPasses
 
 if TYPE_CHECKING:  # the CLI imports every verb module: keep Spark out of its start-up
     from pipelines.silver.job import SilverRunReport
@@ -70,12 +71,16 @@ def run_continuously(run_once: Callable[[], "SilverRunReport"], interval: float,
                      stop: threading.Event) -> int:
     """Call run_once every `interval` seconds until `stop` is set; returns the run count.
 
-    A table that failed is logged when its error first appears or changes.
+    A table that failed is logged when its error first appears or changes; a run that
+    raised is logged and tried again (pipelines.passes).
     """
-    runs, errors = 0, {}
+    runs, errors, failures = 0, {}, FailedPasses("silver run")
     while not stop.is_set():
-        report = run_once()
+        report = failures.run(run_once)
         runs += 1
+        if report is None:
+            stop.wait(interval)
+            continue
         if report.tables:
             print_report(report)
         for table in report.tables:
