@@ -23,9 +23,8 @@ from pathlib import Path
 from statistics import median
 
 import psycopg
-import yaml
 
-from bench.common import Run, embedded_server, table, timed
+from bench.common import Run, embedded_server, lakehouse, table, timed, write_config
 from pipelines.backfill.state import StateStore
 from pipelines.config import SourceConfig
 from pipelines.embedded_pg import bin_dir
@@ -64,17 +63,10 @@ def copy_with_psycopg(dsn: str) -> float:
 def run(shape: str, rows: int, chunk_sizes: list[int], repeat: int) -> list[list[str]]:
     """Per chunk size, `repeat` pairs of (psql COPY, backfill), alternating so that both
     see about the same machine load; rates and ratios are medians over the pairs."""
-    columns, fill = SHAPES[shape]
     out = []
     with embedded_server() as server, tempfile.TemporaryDirectory() as work:
         dsn = server.dsn()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TYPE entry_source AS ENUM ('timer', 'manual', 'import')")
-            conn.execute(f"CREATE TABLE bench ({columns})")
-            conn.execute(f"INSERT INTO bench {fill.format(n=rows)}")
-            conn.execute("VACUUM ANALYZE bench")
-            conn.execute("CHECKPOINT")  # the load's dirty pages are not written during the runs
-            size = conn.execute("SELECT pg_size_pretty(pg_table_size('bench'))").fetchone()[0]
+        size = load_table(dsn, shape, rows)
         run_setup(SourceConfig(dsn, tables=("public.bench",)))
         copy_with_psycopg(dsn)  # warm the cache: every reader below finds the table in memory
         label = f"{shape} ({size})"
@@ -101,6 +93,18 @@ def run(shape: str, rows: int, chunk_sizes: list[int], repeat: int) -> list[list
     return out
 
 
+def load_table(dsn: str, shape: str, rows: int) -> str:
+    """Create and fill public.bench in one of SHAPES; returns its size on disk."""
+    columns, fill = SHAPES[shape]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TYPE entry_source AS ENUM ('timer', 'manual', 'import')")
+        conn.execute(f"CREATE TABLE bench ({columns})")
+        conn.execute(f"INSERT INTO bench {fill.format(n=rows)}")
+        conn.execute("VACUUM ANALYZE bench")
+        conn.execute("CHECKPOINT")  # the load's dirty pages are not written during the runs
+        return conn.execute("SELECT pg_size_pretty(pg_table_size('bench'))").fetchone()[0]
+
+
 def copy_with_psql(dsn: str) -> Run:
     """psql's \\copy of the whole table to /dev/null: the C client's COPY rate."""
     return timed([str(bin_dir() / "psql"), "-X", "-q", "-d", with_text_format(dsn), "-c",
@@ -111,14 +115,9 @@ def backfill(dsn: str, work: Path, number: int, chunk_size: int, rows: int) -> t
     """`lakehouse backfill` of the table into a new lake: the table's own seconds (from
     its state row) and the child process's run."""
     lake = work / f"lake-{number}"
-    config = work / f"lakehouse-{number}.yml"
-    config.write_text(yaml.safe_dump({"source": {"dsn": dsn, "tables": ["public.bench"]},
-                                      "lake": {"path": str(lake)}}))
-    child = timed([sys.executable, "-m", "pipelines.cli", "--config", str(config), "-q",
-                   "backfill", "--chunk-size", str(chunk_size), "--restart"],
-                  stdout=subprocess.DEVNULL)
-    if child.returncode != 0:
-        raise SystemExit(f"backfill failed with exit code {child.returncode}")
+    config = write_config(work / f"lakehouse-{number}.yml", dsn, lake)
+    child = lakehouse(config, "backfill", "--chunk-size", str(chunk_size), "--restart",
+                      stdout=subprocess.DEVNULL)
     [state] = StateStore(LakeLayout(lake).state("backfills")).all()
     assert state.rows_done == rows, state
     return (state.finished_at - state.started_at).total_seconds(), child

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+import yaml
 
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
 
@@ -42,6 +45,24 @@ def timed(argv: list[str], **kwargs) -> Run:
     seconds = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Run(seconds, usage.ru_maxrss / 1024, proc.returncode)
+
+
+def write_config(path: Path, dsn: str, lake: Path, slot: str | None = None,
+                 **sections: dict) -> Path:
+    """A lakehouse config for the table public.bench (plus whole `sections`)."""
+    source = {"dsn": dsn, "tables": ["public.bench"], **({"slot": slot} if slot else {})}
+    path.write_text(yaml.safe_dump({"source": source, "lake": {"path": str(lake)}, **sections}))
+    return path
+
+
+def lakehouse(config: Path, verb: str, *args: str, **kwargs) -> Run:
+    """`lakehouse -q --config CONFIG VERB ARGS...` in a child process, timed; a benchmark
+    of a failed run means nothing, so a non-zero exit ends the benchmark."""
+    run = timed([sys.executable, "-m", "pipelines.cli", "-q", "--config", str(config), verb,
+                 *args], **kwargs)
+    if run.returncode != 0:
+        raise SystemExit(f"lakehouse {verb} failed with exit code {run.returncode}")
+    return run
 
 
 def table(rows: list[list[str]]) -> str:

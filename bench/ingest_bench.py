@@ -22,9 +22,8 @@ from pathlib import Path
 from statistics import median
 
 import psycopg
-import yaml
 
-from bench.common import embedded_server, table, timed
+from bench.common import embedded_server, lakehouse, table, timed, write_config
 from pipelines.embedded_pg import bin_dir
 from pipelines.source.setup import run_setup
 from pipelines.config import SourceConfig
@@ -71,15 +70,12 @@ def run(name: str, changes: int, repeat: int) -> list[str]:
                           "--start", "--no-loop", "-o", "proto_version=2", "-o",
                           "streaming=on", "-o", "publication_names=lakehouse", "-E", end,
                           "-f", "/dev/null"])
-            config = Path(work) / f"lakehouse{i}.yml"
-            config.write_text(yaml.safe_dump({
-                "source": {"dsn": dsn, "slot": f"lakehouse{i}", "tables": ["public.bench"]},
-                "lake": {"path": str(Path(work) / f"lake{i}")}}))
+            config = write_config(Path(work) / f"lakehouse{i}.yml", dsn,
+                                  Path(work) / f"lake{i}", slot=f"lakehouse{i}")
             before = _children_cpu_seconds()
-            ingest = timed([sys.executable, "-m", "pipelines.cli", "-q", "--config",
-                            str(config), "ingest", "--until-lsn", end])
+            ingest = lakehouse(config, "ingest", "--until-lsn", end)
             cpus.append(_children_cpu_seconds() - before)
-            assert recv.returncode == 0 and ingest.returncode == 0
+            assert recv.returncode == 0
             recvs.append(recv)
             ingests.append(ingest)
             print(f"{name} #{i + 1}: pg_recvlogical {changes / recv.seconds:,.0f}/s, ingest "

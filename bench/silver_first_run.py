@@ -20,44 +20,21 @@ import tempfile
 from pathlib import Path
 
 import psycopg
-import yaml
 
-from bench.common import Run, embedded_server, table, timed
+from bench.backfill_bench import load_table
+from bench.common import embedded_server, lakehouse, table, write_config
 from pipelines.config import SourceConfig
 from pipelines.source.setup import run_setup
-
-COLUMNS = "id bigint PRIMARY KEY, v text, n numeric, at timestamptz"
-FILL = ("SELECT g, md5(g::text), g * 1.5, now() - g * interval '1 second' "
-        "FROM generate_series(1, {n}) g")
-
-
-def lakehouse(config: Path, *args: str) -> Run:
-    run = timed([sys.executable, "-m", "pipelines.cli", "--config", str(config), "-q", *args],
-                stdout=subprocess.DEVNULL)
-    if run.returncode != 0:
-        raise SystemExit(f"lakehouse {args[0]} failed with exit code {run.returncode}")
-    return run
-
-
-def write_config(path: Path, dsn: str, lake: Path, max_batch_rows: int | None = None) -> Path:
-    config = {"source": {"dsn": dsn, "tables": ["public.bench"]}, "lake": {"path": str(lake)}}
-    if max_batch_rows is not None:
-        config["silver"] = {"max_batch_rows": max_batch_rows}
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def run(rows: int, limits: list[int]) -> list[list[str]]:
     out = []
     with embedded_server() as server, tempfile.TemporaryDirectory() as work:
         dsn, work = server.dsn(), Path(work)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE bench ({COLUMNS})")
-            conn.execute(f"INSERT INTO bench {FILL.format(n=rows)}")
-            conn.execute("VACUUM ANALYZE bench")
+        load_table(dsn, "narrow", rows)
         run_setup(SourceConfig(dsn, tables=("public.bench",)))
         base = write_config(work / "base.yml", dsn, work / "lake")
-        backfill = lakehouse(base, "backfill")
+        backfill = lakehouse(base, "backfill", stdout=subprocess.DEVNULL)
         with psycopg.connect(dsn, autocommit=True) as conn:
             lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
         lakehouse(base, "ingest", "--until-lsn", lsn)  # the watermarks reach bronze
@@ -65,9 +42,10 @@ def run(rows: int, limits: list[int]) -> list[list[str]]:
         for limit in limits:
             lake = work / f"lake-{limit}"
             shutil.copytree(work / "lake" / "bronze", lake / "bronze")
-            config = write_config(work / f"silver-{limit}.yml", dsn, lake, limit)
-            silver = lakehouse(config, "silver")
-            lakehouse(config, "verify")  # exit 0: equal to the source
+            config = write_config(work / f"silver-{limit}.yml", dsn, lake,
+                                  silver={"max_batch_rows": limit})
+            silver = lakehouse(config, "silver", stdout=subprocess.DEVNULL)
+            lakehouse(config, "verify", stdout=subprocess.DEVNULL)  # exit 0: equal
             slices = -(-rows // limit) if limit < rows else 1
             out.append([f"{rows:,}", f"{limit:,}", f"~{slices}", f"{silver.seconds:.1f}",
                         f"{silver.peak_rss_mb:,.0f}", "equal"])
