@@ -49,14 +49,16 @@ class SnapshotWriter:
             "lakehouse.backfill_id": self.backfill_id,
             "lakehouse.chunk_ids": ",".join(str(chunk_id) for chunk_id, _ in chunks),
             "lakehouse.table": self.table})
-        try:
-            write_deltalake(self._delta, rows, mode="append", writer_properties=BRONZE_WRITER,
-                            commit_properties=properties)
-        except CommitFailedError:
-            # Appends never conflict with each other; a metadata commit does (another
-            # backfill process setting the log retention on a lake made before it).
-            # Nothing of this attempt is in the table: write it again, once.
-            self._delta = DeltaTable(self.path)
-            write_deltalake(self._delta, rows, mode="append", writer_properties=BRONZE_WRITER,
-                            commit_properties=properties)
+        for attempt in (1, 2):
+            try:
+                write_deltalake(self._delta, rows, mode="append",
+                                writer_properties=BRONZE_WRITER, commit_properties=properties)
+                break
+            except CommitFailedError:
+                # Appends never conflict with each other; a metadata commit does (another
+                # backfill process setting the log retention on a lake made before it).
+                # Nothing of this attempt is in the table: write it again, once.
+                if attempt == 2:
+                    raise
+                self._delta = DeltaTable(self.path)
         self._commits += 1

@@ -143,3 +143,21 @@ def test_a_value_larger_than_a_parse_block_lands_whole(source_dsn, lake):
     backfill(config, chunk_size=10)
     rows = {r["values"][0]: r["values"][1] for r in snapshot_rows(config)}
     assert rows == {"1": "a", "2": big, "3": None}
+
+
+def test_an_append_after_another_process_set_the_log_retention_is_written_again(tmp_path):
+    import pyarrow as pa
+
+    from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
+
+    path = tmp_path / "snapshots"
+    DeltaTable.create(str(path), schema=SNAPSHOTS_SCHEMA)  # a lake made before the retention
+    writer = bronze.SnapshotWriter(path, "b1", "public.t")
+    DeltaTable(str(path)).alter.set_table_properties(  # another backfill process, meanwhile
+        {"delta.logRetentionDuration": "interval 10 minutes"})
+    row = {"backfill_id": "b1", "chunk_id": 0, "row_index": 0, "schema_name": "public",
+           "table_name": "t", "columns": ["id"], "type_names": ["int4"], "type_oids": [23],
+           "type_mods": [-1], "key_columns": ["id"], "values": ["1"]}
+    writer.append([(0, pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA))])
+    table = DeltaTable(str(path))
+    assert table.version() == 2 and table.count() == 1
