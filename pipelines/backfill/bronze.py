@@ -4,7 +4,8 @@ delta-rs (1.x) makes each commit through one DeltaTable object slower than the o
 before: ~0.1 ms more CPU per earlier commit (measured: 10 ms at the 100th, 70 ms at the
 800th), quadratic over a large table's thousands of chunks. A freshly opened table
 starts from the latest checkpoint (delta-rs writes one every 100 commits), so the writer
-opens it again every REOPEN_COMMITS commits.
+opens it again every REOPEN_COMMITS commits. (Much of that growth is delta-rs listing
+the whole _delta_log on a local disk, which the log retention bounds: pipelines.lake.)
 """
 
 from __future__ import annotations
