@@ -5,7 +5,10 @@ change_index); rows land in position order. The ingest's progress (the end LSN o
 last whole transaction landed) is the Delta app transaction of the slot's name, and the
 last landed position is in each commit's metadata (`lakehouse.position`). Values stay in Postgres text format; each row carries its column names,
 types and key columns so it can be typed later without asking Postgres.
-`bronze/snapshots` holds backfill chunk rows in the same value format.
+`bronze/snapshots` holds backfill chunk rows in the same value format. Its shape lists
+(SHAPE_LISTS) are set on each chunk's first row (row_index 0) and null on its other rows,
+which share them; rows written before that carry them on every row. Readers fill them in
+from row 0 (`pipelines.silver.events.with_chunk_shapes`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ _ROW_SHAPE = [
     pa.field("key_columns", _TEXTS),
     pa.field("values", _TEXTS),  # text format; null element = SQL NULL (or unchanged TOAST)
 ]
+
+# The columns of _ROW_SHAPE that describe the table as lists, one element per column.
+SHAPE_LISTS = ("columns", "type_names", "type_oids", "type_mods", "key_columns")
 
 CHANGES_SCHEMA = pa.schema([
     pa.field("commit_lsn", pa.int64(), nullable=False),

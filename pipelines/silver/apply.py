@@ -31,7 +31,7 @@ from pipelines.silver.batch import latest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
     field as struct_field, is_after, merge_shapes, shape_from_row, snapshot_rows,
-    value_columns)
+    value_columns, with_chunk_shapes)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
@@ -85,8 +85,9 @@ def _chunk_shape(run: SilverContext, table: TableScan) -> TableShape | None:
     rows = _chunk_rows(run, table)
     if rows is None:
         return None
-    newest = rows.agg(F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
-                               F.struct("read_at", "chunk_id")).alias("shape")).collect()
+    firsts = rows.filter(F.col("row_index") == 0)  # the rows that hold the chunks' shapes
+    newest = firsts.agg(F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
+                                 F.struct("read_at", "chunk_id")).alias("shape")).collect()
     shape = newest[0].shape if newest else None
     schema, name = table.name.split(".", 1)
     return None if shape is None else shape_from_row(schema, name, shape)
@@ -130,8 +131,8 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
         F.col("commit_lsn").alias(LSN), F.col("change_index").alias(CHANGE_INDEX),
         F.col("xid").alias(XID))
     windows = run.spark.createDataFrame(window_rows(table.windows), WINDOW_SCHEMA)
-    chunks = reconcile_chunks(snapshot_rows(chunk_rows, shape), windows, window_changes,
-                              truncates, keys, [c.name for c in shape.columns])
+    chunks = reconcile_chunks(snapshot_rows(with_chunk_shapes(chunk_rows), shape), windows,
+                              window_changes, truncates, keys, [c.name for c in shape.columns])
     return events.unionByName(chunks)
 
 

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
-from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
+from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE, SHAPE_LISTS
 from pipelines.errors import DataError
 from pipelines.silver.table_shape import SourceColumn, TableShape
 
@@ -126,6 +126,18 @@ def changes_to_events(changes: DataFrame, shape: TableShape) -> DataFrame:
         F.when(F.col("op") == OP_UPDATE, _old_key(shape)).alias(OLD_KEY),
         F.col("xid").alias(XID),
     )
+
+
+def with_chunk_shapes(snapshots: DataFrame) -> DataFrame:
+    """bronze/snapshots rows, each with its chunk's shape lists (SHAPE_LISTS).
+
+    The backfill writes them on a chunk's first row (row_index 0) only; `snapshots` must
+    hold that row of every chunk it holds a row of (rows of older backfills carry them
+    on every row and come out the same).
+    """
+    firsts = snapshots.filter(F.col("row_index") == 0).select(
+        "backfill_id", "chunk_id", *SHAPE_LISTS)
+    return snapshots.drop(*SHAPE_LISTS).join(F.broadcast(firsts), ["backfill_id", "chunk_id"])
 
 
 def snapshot_rows(snapshots: DataFrame, shape: TableShape) -> DataFrame:

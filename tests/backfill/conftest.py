@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.backfill.state import BackfillState, StateStore
+from pipelines.bronze.schema import SHAPE_LISTS
 from pipelines.config import Config, parse_config
 from pipelines.lake import LakeLayout
 from pipelines.source.setup import run_setup
@@ -39,9 +40,15 @@ def backfill(config: Config, *tables: str, chunk_size: int = 50, restart: bool =
     return results
 
 
-def snapshot_rows(config: Config, table: str | None = None) -> list[dict]:
+def snapshot_rows(config: Config, table: str | None = None, raw: bool = False) -> list[dict]:
+    """bronze/snapshots rows, each with its chunk's shape lists (the backfill writes them
+    on the chunk's row 0 only), unless `raw`."""
     snapshots = DeltaTable(str(LakeLayout(config.lake.path).bronze_snapshots))
     rows = snapshots.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()  # see StateStore.all
+    if not raw:
+        shapes = {(r["backfill_id"], r["chunk_id"]): {k: r[k] for k in SHAPE_LISTS}
+                  for r in rows if r["row_index"] == 0}
+        rows = [{**r, **shapes[r["backfill_id"], r["chunk_id"]]} for r in rows]
     if table is not None:
         schema, name = table.split(".")
         rows = [r for r in rows if (r["schema_name"], r["table_name"]) == (schema, name)]

@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 import pipelines.backfill.bronze as bronze
 import pipelines.backfill.job as job
 from pipelines.backfill.chunk import ShapeCache, SnapshotBuilder, read_chunk
+from pipelines.bronze.schema import SHAPE_LISTS
 from pipelines.lake import LakeLayout
 from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
@@ -128,8 +129,14 @@ def test_builder_slices_repeated_columns_and_rebuilds_for_a_new_shape(events):
     assert [r["row_index"] for b in batches for r in b] == [*range(7), *range(3), *range(11),
                                                             *range(5)]
     assert [r["values"][0] for b in batches for r in b] == [str(i) for i in range(1, 27)]
-    assert {tuple(r["columns"]) for r in batches[2]} == {("id", "body")}
-    assert {tuple(r["columns"]) for r in batches[3]} == {("id", "body", "extra")}
+    # the shape is on each chunk's first row, null on the others
+    assert [r["columns"] for r in batches[2]] == [["id", "body"]] + [None] * 10
+    assert batches[3][0]["columns"] == ["id", "body", "extra"]
+    assert batches[3][0]["type_names"] == ["int4", "text", "int4"]
+    assert batches[3][0]["key_columns"] == ["id"]
+    assert all(r[k] is None for r in batches[3][1:] for k in SHAPE_LISTS)
+    assert {(r["schema_name"], r["table_name"]) for b in batches for r in b} == {
+        ("public", "events")}  # on every row: readers filter by table
     assert {r["values"][2] for r in batches[3]} == {"4"}
 
 

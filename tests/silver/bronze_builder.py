@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 
 from pipelines.bronze.schema import (
-    CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, SNAPSHOTS_SCHEMA,
-    WATERMARK_PREFIX)
+    CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, SHAPE_LISTS,
+    SNAPSHOTS_SCHEMA, WATERMARK_PREFIX)
 
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -102,9 +102,15 @@ class Table:
                 "message_content": json.dumps(content).encode(),
                 "message_transactional": True, "ingested_at": EPOCH}
 
-    def chunk_row(self, backfill_id: str, chunk_id: int, row_index: int, **values) -> dict:
+    def chunk_row(self, backfill_id: str, chunk_id: int, row_index: int,
+                  every_row: bool = False, **values) -> dict:
+        """A snapshot row: the shape lists on row 0 only (on every row if `every_row`,
+        as backfills wrote them before)."""
+        shape = self._shape()
+        if row_index and not every_row:
+            shape = {**shape, **dict.fromkeys(SHAPE_LISTS)}
         return {"backfill_id": backfill_id, "chunk_id": chunk_id, "row_index": row_index,
-                **self._shape(), "values": self._values(values), "read_at": EPOCH}
+                **shape, "values": self._values(values), "read_at": EPOCH}
 
 
 def make_config(root: Path, retention_hours: float = 168.0, tables="*",

@@ -3,7 +3,8 @@ from bronze_builder import Table, assert_frames, spark_frame
 from chispa import assert_df_equality
 
 from pipelines.errors import DataError
-from pipelines.silver.events import changes_to_events, shape_from_row, snapshot_rows
+from pipelines.silver.events import (
+    changes_to_events, shape_from_row, snapshot_rows, with_chunk_shapes)
 
 pytestmark = pytest.mark.spark
 
@@ -52,6 +53,29 @@ def test_snapshot_rows_by_column_name(spark):
         [("b1", 1, "5", "n", "d")],
         "_cdc_backfill_id string, _cdc_chunk_id long, id string, name string, doc string")
     assert_df_equality(snapshot_rows(bronze, SHAPE), expected, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("every_row", [False, True], ids=["first-row", "every-row"])
+def test_chunk_rows_get_their_chunks_shape(spark, every_row):
+    """The backfill writes a chunk's shape on its row 0 only (older backfills on every
+    row): each row is read by its own chunk's column names, also when chunks differ."""
+    from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
+
+    reordered = Table(columns=("doc", "id", "name"), types=("text", "int4", "text"))
+    rows = [ITEMS.chunk_row("b1", 1, i, every_row, id=i, name="a", doc="x") for i in range(3)]
+    rows += [reordered.chunk_row("b1", 2, i, every_row, id=10 + i, name="b", doc="y")
+             for i in range(2)]
+    bronze = spark_frame(spark, rows[::-1], SNAPSHOTS_SCHEMA)  # row 0 need not come first
+    filled = with_chunk_shapes(bronze)
+    assert sorted(tuple(r) for r in filled.select("chunk_id", "row_index", "columns").collect()) \
+        == [(1, i, ["id", "name", "doc"]) for i in range(3)] + \
+        [(2, i, ["doc", "id", "name"]) for i in range(2)]
+    expected = spark.createDataFrame(
+        [("b1", 1, str(i), "a", "x") for i in range(3)]
+        + [("b1", 2, str(10 + i), "b", "y") for i in range(2)],
+        "_cdc_backfill_id string, _cdc_chunk_id long, id string, name string, doc string")
+    assert_df_equality(snapshot_rows(filled, SHAPE), expected, ignore_nullable=True,
+                       ignore_row_order=True)
 
 
 def test_shape_from_row_and_refusals():

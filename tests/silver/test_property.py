@@ -130,8 +130,9 @@ def generate(seed: int) -> tuple[History, dict[int, tuple[str, str]]]:
                     state.pop(key, None)
                 else:
                     state[key] = value
+        read = [(k, v) for k, v in sorted(state.items()) if lo <= k < hi]
         rows = [T.chunk_row("bf", number, i, id=k, name=v[0], doc=v[1])
-                for i, (k, v) in enumerate(sorted(state.items())) if lo <= k < hi]
+                for i, (k, v) in enumerate(read)]
         h.landed.append(("snapshots", rows))
         for _ in range(rng.randint(0, 2)):
             h.random_change()
