@@ -115,3 +115,13 @@ def estimated_rows(conn: psycopg.Connection, table: str) -> int | None:
         "JOIN pg_class p ON p.oid = t.relid WHERE t.isleaf) ELSE c.reltuples END "
         "FROM pg_class c WHERE c.oid = %s::regclass", (regclass(table),)).fetchone()[0]
     return None if value is None or value < 0 else int(value)
+
+
+def key_correlation(conn: psycopg.Connection, table: str, column: str) -> float | None:
+    """pg_stats.correlation of a key column: how closely the heap follows its order
+    (+-1: in order, 0: scattered, as a random uuid key); None before any ANALYZE."""
+    schema, name = table.split(".", 1)
+    row = conn.execute(
+        "SELECT correlation FROM pg_stats WHERE schemaname = %s AND tablename = %s "
+        "AND attname = %s ORDER BY inherited DESC LIMIT 1", (schema, name, column)).fetchone()
+    return None if row is None or row[0] is None else float(row[0])

@@ -71,24 +71,36 @@ class ShapeCache:
 
 
 def read_chunk(conn: psycopg.Connection, shapes: ShapeCache, after: tuple[str, ...] | None,
-               limit: int) -> RawChunk:
+               limit: int, by_range: bool = False) -> RawChunk:
     """Snapshot, then the next `limit` rows after key `after`, in one REPEATABLE READ txn.
 
+    In key order (ORDER BY key LIMIT n: an index scan), or `by_range`: first the key of
+    the limit-th row (an index-only scan), then the rows up to it in any order, which
+    Postgres reads as a bitmap heap scan in physical order. For a key scattered on disk
+    (a random uuid) that costs Postgres ~20% less CPU than fetching heap pages in key
+    order; for a key that follows the heap it costs more (measured). Same rows either
+    way: both statements read the one snapshot.
     Takes no lock beyond the ACCESS SHARE every SELECT takes (it only waits for DDL).
-    Leaves parsing to the caller: the next chunk's cursor comes from the last row alone,
-    so the next SELECT can start while this chunk is parsed and written elsewhere.
+    Leaves parsing to the caller: the next chunk's cursor comes from one row alone, so
+    the next SELECT can start while this chunk is parsed and written elsewhere.
     """
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     try:
         snapshot, read_at = take_snapshot(conn)
         shape = shapes.current(conn)
-        data, rows, last_row = copy_out(conn, chunk_statement(shape, after, limit))
+        if by_range:
+            _, _, upper_row = copy_out(conn, nth_key_statement(shape, after, limit))
+            last_key = _key(upper_row, len(shape.order_columns), range(len(shape.order_columns)))
+            data, rows, _ = copy_out(conn, range_statement(shape, after, last_key))
+        else:
+            data, rows, last_row = copy_out(conn, chunk_statement(shape, after, limit))
+            last_key = row_key(shape, last_row)
         conn.execute("COMMIT")
     except BaseException:
         if not conn.closed:
             conn.execute("ROLLBACK")
         raise
-    return RawChunk(shape, data, rows, row_key(shape, last_row), snapshot, read_at)
+    return RawChunk(shape, data, rows, last_key, snapshot, read_at)
 
 
 def next_chunk_rows(rows: int, data_bytes: int, max_rows: int, max_bytes: int) -> int:
@@ -101,10 +113,14 @@ def next_chunk_rows(rows: int, data_bytes: int, max_rows: int, max_bytes: int) -
 
 def row_key(shape: SourceTable, row: bytes | None) -> tuple[str, ...] | None:
     """The keyset cursor (key values as text, in keyset order) of one CSV row."""
+    return _key(row, len(shape.columns), [shape.columns.index(c) for c in shape.order_columns])
+
+
+def _key(row: bytes | None, width: int, positions) -> tuple[str, ...] | None:
     if row is None:
         return None
-    values = parse_csv(row, len(shape.columns))
-    return tuple(values.column(shape.columns.index(c))[0].as_py() for c in shape.order_columns)
+    values = parse_csv(row, width)
+    return tuple(values.column(i)[0].as_py() for i in positions)
 
 
 def take_snapshot(conn: psycopg.Connection) -> tuple[Snapshot, datetime]:
@@ -118,23 +134,54 @@ def take_snapshot(conn: psycopg.Connection) -> tuple[Snapshot, datetime]:
 
 def chunk_statement(shape: SourceTable, after: tuple[str, ...] | None, limit: int) -> sql.Composed:
     """The keyset COPY: WHERE (k1, k2) > (v1::t1, v2::t2) ORDER BY k1, k2 LIMIT n."""
-    if limit < 1:
-        raise ValueError(f"chunk limit must be positive, got {limit}")
+    return _copy(shape, shape.columns, _where(shape, after), limit)
+
+
+def nth_key_statement(shape: SourceTable, after: tuple[str, ...] | None,
+                      n: int) -> sql.Composed:
+    """The key of the n-th row after `after` in key order (no row: fewer are left)."""
+    return _copy(shape, shape.order_columns, _where(shape, after), 1, offset=n - 1)
+
+
+def range_statement(shape: SourceTable, after: tuple[str, ...] | None,
+                    upper: tuple[str, ...] | None) -> sql.Composed:
+    """The rows with keys in (after, upper], in no particular order (no upper: all after)."""
+    return _copy(shape, shape.columns, _where(shape, after, upper), None)
+
+
+def _where(shape: SourceTable, after: tuple[str, ...] | None,
+           upper: tuple[str, ...] | None = None) -> sql.Composable:
     keys = sql.SQL(", ").join(map(sql.Identifier, shape.order_columns))
-    conditions = []
-    if after is not None:
-        if len(after) != len(shape.order_columns):
-            raise ValueError(f"cursor {after!r} does not match key {shape.order_columns!r}")
-        bounds = sql.SQL(", ").join(
-            sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(shape.sql_type(column)))
-            for column, value in zip(shape.order_columns, after))
-        conditions.append(sql.SQL("({}) > ({})").format(keys, bounds))
+    conditions = [sql.SQL("({}) {} ({})").format(keys, sql.SQL(operator), _key_values(shape, key))
+                  for operator, key in ((">", after), ("<=", upper)) if key is not None]
     if shape.row_filter:  # the publication only sends rows matching its filter
         conditions.append(sql.SQL("({})").format(sql.SQL(shape.row_filter)))
-    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
-    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT csv)").format(
-        sql.SQL(", ").join(map(sql.Identifier, shape.columns)), shape.identifier, where, keys,
-        sql.Literal(limit))
+    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
+
+
+def _key_values(shape: SourceTable, key: tuple[str, ...]) -> sql.Composable:
+    """(v1::t1, v2::t2): a cursor's text values cast to the key columns' types."""
+    if len(key) != len(shape.order_columns):
+        raise ValueError(f"cursor {key!r} does not match key {shape.order_columns!r}")
+    return sql.SQL(", ").join(
+        sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(shape.sql_type(column)))
+        for column, value in zip(shape.order_columns, key))
+
+
+def _copy(shape: SourceTable, columns: tuple[str, ...], where: sql.Composable,
+          limit: int | None, offset: int = 0) -> sql.Composed:
+    """COPY (SELECT columns FROM table where [ORDER BY key OFFSET o LIMIT n]) TO STDOUT."""
+    select = sql.SQL("SELECT {} FROM {}{}").format(
+        sql.SQL(", ").join(map(sql.Identifier, columns)), shape.identifier, where)
+    if limit is not None:
+        if limit < 1 or offset < 0:
+            raise ValueError(f"chunk limit must be positive, got {limit} (offset {offset})")
+        keys = sql.SQL(", ").join(map(sql.Identifier, shape.order_columns))
+        select += sql.SQL(" ORDER BY {}").format(keys)
+        if offset:
+            select += sql.SQL(" OFFSET {}").format(sql.Literal(offset))
+        select += sql.SQL(" LIMIT {}").format(sql.Literal(limit))
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(select)
 
 
 def copy_out(conn: psycopg.Connection,

@@ -26,7 +26,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from pipelines.backfill.bronze import SnapshotWriter
-from pipelines.backfill.catalog import estimated_rows, key_order, regclass
+from pipelines.backfill.catalog import estimated_rows, key_correlation, key_order, regclass
 from pipelines.backfill.chunk import (
     RawChunk, ShapeCache, SnapshotBuilder, next_chunk_rows, read_chunk)
 from pipelines.backfill.progress import ProgressDisplay
@@ -49,6 +49,9 @@ CHUNK_ID_BLOCK = 100  # chunk ids reserved per state write (see state.py)
 LOCK_WAIT_SECONDS = 15.0  # a killed backfill's session may take a moment to go away
 APPLICATION_NAME = "lakehouse backfill"
 CURSOR_SAVE_SECONDS = 0.25  # persist the cursor at most this often while chunks land
+# Below this |pg_stats.correlation| of the key's first column, chunks are read by key
+# range (chunk.read_chunk): a random uuid key is ~0, a serial or identity key ~1.
+SCATTERED_CORRELATION = 0.5
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,7 @@ class TableBackfill:
         shapes = ShapeCache(self.table, self.source.publication)
         cursor, limit = state.cursor, min(self.chunk_size, FIRST_CHUNK_ROWS)
         try:
+            by_range = self._scattered(conn, shapes)
             # Low watermarks need not wait for their WAL flush: the high watermark's
             # synchronous commit flushes the WAL up to it, low included, before the cursor
             # moves; a low lost in a server crash takes its high with it. (The chunk
@@ -277,7 +281,7 @@ class TableBackfill:
                     continue
                 chunk_id = progress.next_chunk_id()
                 emit_watermark(conn, Watermark(state.backfill_id, chunk_id, self.table, "low"))
-                chunk = read_chunk(conn, shapes, cursor, limit)
+                chunk = read_chunk(conn, shapes, cursor, limit, by_range)
                 cursor = chunk.last_key or cursor
                 last = chunk.num_rows < limit
                 _put(outbox, _Raw(chunk_id, chunk, cursor, last), halt)
@@ -289,6 +293,16 @@ class TableBackfill:
             _put(outbox, _STOPPED, halt)
         except BaseException as exc:  # handed down the pipeline to the writer, which raises it
             _put(outbox, _Failed(exc), halt)
+
+    def _scattered(self, conn: psycopg.Connection, shapes: ShapeCache) -> bool:
+        """Whether to read chunks by key range: the key's order is scattered on disk."""
+        first_key = shapes.current(conn).order_columns[0]
+        correlation = key_correlation(conn, self.table, first_key)
+        scattered = correlation is not None and abs(correlation) < SCATTERED_CORRELATION
+        if scattered:
+            log.info("%s: rows are scattered on disk in key order (correlation of %s: %.2f); "
+                     "chunks are read by key range", self.table, first_key, correlation)
+        return scattered
 
     def _convert_chunks(self, backfill_id: str, inbox: queue.Queue, outbox: queue.Queue,
                         halt: threading.Event) -> None:

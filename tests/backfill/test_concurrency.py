@@ -12,6 +12,7 @@ import random
 import threading
 
 import psycopg
+import pytest
 
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.runner import BackfillOptions, run_backfill
@@ -24,8 +25,10 @@ CREATE TABLE docs (id int PRIMARY KEY, rev int NOT NULL, title text, body text);
 ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
 INSERT INTO docs SELECT 2 * i, 0, 'title ' || i,
     CASE WHEN i % 3 = 0 THEN repeat('body ' || i || ' ', 600) ELSE 'short ' || i END
-FROM generate_series(1, {ROWS}) i;
+FROM generate_series(1, {ROWS}) i ORDER BY {{order}};
+ANALYZE docs;
 """  # even ids exist before the slot; inserts and key changes use odd ids in between
+LAYOUTS = {"key-order": "i", "scattered": "md5(i::text)"}  # scattered: chunks read by range
 
 
 class Cursor(ProgressDisplay):
@@ -84,19 +87,23 @@ def workload(dsn: str, cursor: Cursor, stop: threading.Event, seed: int, done: l
                     done[0] += 1
 
 
-def test_snapshot_chunks_and_changes_reconcile_to_the_live_table(source_dsn, lake):
-    setup_source(source_dsn, DDL, ["public.docs"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_snapshot_chunks_and_changes_reconcile_to_the_live_table(source_dsn, lake, layout,
+                                                                 caplog):
+    setup_source(source_dsn, DDL.format(order=LAYOUTS[layout]), ["public.docs"])
     config = make_config(source_dsn, lake, ["public.docs"])
     cursor, stop, done = Cursor(), threading.Event(), [0]
     writer = threading.Thread(target=workload, args=(source_dsn, cursor, stop, 7, done))
     writer.start()
     try:
-        [result] = run_backfill(config, BackfillOptions(chunk_size=30), display=cursor)
+        with caplog.at_level("INFO", logger="pipelines.backfill.job"):
+            [result] = run_backfill(config, BackfillOptions(chunk_size=30), display=cursor)
     finally:
         stop.set()
         writer.join()
     assert result.error is None and result.status == "done"
     assert done[0] > 50, "the workload barely ran"
+    assert ("chunks are read by key range" in caplog.text) == (layout == "scattered")
 
     events = peek_events(source_dsn)
     rows = snapshot_rows(config)
