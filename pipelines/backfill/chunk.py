@@ -1,7 +1,8 @@
 """Read one keyset chunk of a table and turn it into bronze snapshot rows, columnar.
 
-The chunk is `COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)` inside a
-REPEATABLE READ transaction whose first statement records the snapshot. COPY renders
+The chunk is `COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT (FORMAT csv)` (or the
+same rows by key range, see read_chunk) inside a REPEATABLE READ transaction whose
+first statement records the snapshot. COPY renders
 every value with its type's output function, exactly what pgoutput sends (`col::text`
 is not the same: bool::text is 'true' where pgoutput sends 't', char(n)::text drops the
 padding, inet::text adds the netmask). In CSV, SQL NULL is an unquoted empty field and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import select
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Iterable
 
 import numpy as np
 import psycopg
@@ -24,6 +26,8 @@ from psycopg import pq, sql
 from pipelines.backfill.catalog import SourceTable, shape_fingerprint, table_shape
 from pipelines.bronze.watermarks import Snapshot
 from pipelines.bronze.schema import SHAPE_LISTS, SNAPSHOTS_SCHEMA
+from pipelines.errors import DataError
+
 
 @dataclass(frozen=True)
 class RawChunk:
@@ -92,6 +96,10 @@ def read_chunk(conn: psycopg.Connection, shapes: ShapeCache, after: tuple[str, .
             _, _, upper_row = copy_out(conn, nth_key_statement(shape, after, limit))
             last_key = _key(upper_row, len(shape.order_columns), range(len(shape.order_columns)))
             data, rows, _ = copy_out(conn, range_statement(shape, after, last_key))
+            if last_key is not None and rows != limit:  # the chunk would end the backfill
+                raise DataError(f"{shape.table}: the {limit}th key after the cursor, "
+                                f"{last_key!r}, read back {rows} rows, not {limit}: its "
+                                "text does not round-trip through its type")
         else:
             data, rows, last_row = copy_out(conn, chunk_statement(shape, after, limit))
             last_key = row_key(shape, last_row)
@@ -116,7 +124,8 @@ def row_key(shape: SourceTable, row: bytes | None) -> tuple[str, ...] | None:
     return _key(row, len(shape.columns), [shape.columns.index(c) for c in shape.order_columns])
 
 
-def _key(row: bytes | None, width: int, positions) -> tuple[str, ...] | None:
+def _key(row: bytes | None, width: int, positions: Iterable[int]) -> tuple[str, ...] | None:
+    """The values at `positions` of one CSV row of `width` columns (None: no row)."""
     if row is None:
         return None
     values = parse_csv(row, width)
@@ -151,12 +160,16 @@ def range_statement(shape: SourceTable, after: tuple[str, ...] | None,
 
 def _where(shape: SourceTable, after: tuple[str, ...] | None,
            upper: tuple[str, ...] | None = None) -> sql.Composable:
-    keys = sql.SQL(", ").join(map(sql.Identifier, shape.order_columns))
-    conditions = [sql.SQL("({}) {} ({})").format(keys, sql.SQL(operator), _key_values(shape, key))
+    conditions = [sql.SQL("({}) {} ({})").format(_keys(shape), sql.SQL(operator),
+                                                 _key_values(shape, key))
                   for operator, key in ((">", after), ("<=", upper)) if key is not None]
     if shape.row_filter:  # the publication only sends rows matching its filter
         conditions.append(sql.SQL("({})").format(sql.SQL(shape.row_filter)))
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
+
+
+def _keys(shape: SourceTable) -> sql.Composable:
+    return sql.SQL(", ").join(map(sql.Identifier, shape.order_columns))
 
 
 def _key_values(shape: SourceTable, key: tuple[str, ...]) -> sql.Composable:
@@ -176,8 +189,7 @@ def _copy(shape: SourceTable, columns: tuple[str, ...], where: sql.Composable,
     if limit is not None:
         if limit < 1 or offset < 0:
             raise ValueError(f"chunk limit must be positive, got {limit} (offset {offset})")
-        keys = sql.SQL(", ").join(map(sql.Identifier, shape.order_columns))
-        select += sql.SQL(" ORDER BY {}").format(keys)
+        select += sql.SQL(" ORDER BY {}").format(_keys(shape))
         if offset:
             select += sql.SQL(" OFFSET {}").format(sql.Literal(offset))
         select += sql.SQL(" LIMIT {}").format(sql.Literal(limit))

@@ -1,7 +1,7 @@
 """One table's backfill: lock, decide new/resume/skip, then pipeline its chunks.
 
 Three stages, each a thread: the reader emits a chunk's low watermark and runs its
-SELECT (raw CSV; the next cursor comes from the last row), the converter parses it into
+SELECT (raw CSV; the next cursor comes from one key row), the converter parses it into
 the bronze batch, and the job's own thread commits the batch to bronze (with the chunks
 waiting behind it), emits the high watermarks and moves the cursor. So Postgres reads
 chunk k+1 while chunk k is converted and written, and every chunk still goes
@@ -49,8 +49,8 @@ CHUNK_ID_BLOCK = 100  # chunk ids reserved per state write (see state.py)
 LOCK_WAIT_SECONDS = 15.0  # a killed backfill's session may take a moment to go away
 APPLICATION_NAME = "lakehouse backfill"
 CURSOR_SAVE_SECONDS = 0.25  # persist the cursor at most this often while chunks land
-# Below this |pg_stats.correlation| of the key's first column, chunks are read by key
-# range (chunk.read_chunk): a random uuid key is ~0, a serial or identity key ~1.
+# Below this |pg_stats.correlation| of a one-column key, chunks are read by key range
+# (chunk.read_chunk): a random uuid key is ~0, a serial or identity key ~1.
 SCATTERED_CORRELATION = 0.5
 
 
@@ -295,13 +295,18 @@ class TableBackfill:
             _put(outbox, _Failed(exc), halt)
 
     def _scattered(self, conn: psycopg.Connection, shapes: ShapeCache) -> bool:
-        """Whether to read chunks by key range: the key's order is scattered on disk."""
-        first_key = shapes.current(conn).order_columns[0]
-        correlation = key_correlation(conn, self.table, first_key)
+        """Whether to read chunks by key range: a one-column key scattered on disk.
+
+        Not for composite keys: Postgres estimates a row comparison by its first column
+        alone, and a range over a few distinct first values may be planned as a
+        sequential scan per chunk.
+        """
+        keys = shapes.current(conn).order_columns
+        correlation = key_correlation(conn, self.table, keys[0]) if len(keys) == 1 else None
         scattered = correlation is not None and abs(correlation) < SCATTERED_CORRELATION
-        if scattered:
-            log.info("%s: rows are scattered on disk in key order (correlation of %s: %.2f); "
-                     "chunks are read by key range", self.table, first_key, correlation)
+        log.info("%s: chunks are read %s", self.table,
+                 f"by key range (rows are scattered on disk in key order: correlation of "
+                 f"{keys[0]} {correlation:.2f})" if scattered else "in key order")
         return scattered
 
     def _convert_chunks(self, backfill_id: str, inbox: queue.Queue, outbox: queue.Queue,

@@ -30,8 +30,8 @@ from pipelines.lake import LakeLayout
 from pipelines.silver.batch import latest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
-    field as struct_field, is_after, merge_shapes, shape_from_row, snapshot_rows,
-    value_columns, with_chunk_shapes)
+    field as struct_field, first_rows, is_after, merge_shapes, shape_from_row,
+    snapshot_rows, value_columns, with_chunk_shapes)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
@@ -85,12 +85,19 @@ def _chunk_shape(run: SilverContext, table: TableScan) -> TableShape | None:
     rows = _chunk_rows(run, table)
     if rows is None:
         return None
-    firsts = rows.filter(F.col("row_index") == 0)  # the rows that hold the chunks' shapes
-    newest = firsts.agg(F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
-                                 F.struct("read_at", "chunk_id")).alias("shape")).collect()
-    shape = newest[0].shape if newest else None
+    [newest] = first_rows(rows).agg(
+        F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
+                 F.struct("read_at", "chunk_id")).alias("shape"),
+        F.count(F.lit(1)).alias("chunks")).collect()
+    # Every chunk's rows are read with its first row's shape (with_chunk_shapes): a chunk
+    # with rows but without its first row would vanish from silver, so stop instead.
+    with_rows = sum(1 for w in table.windows if w.rows)
+    if newest.chunks < with_rows:
+        raise DataError(f"{table.name}: {with_rows - newest.chunks} of {with_rows} backfill "
+                        "chunks have no first row (row_index 0) in bronze/snapshots; "
+                        "bronze is damaged: run `lakehouse backfill --restart` for the table")
     schema, name = table.name.split(".", 1)
-    return None if shape is None else shape_from_row(schema, name, shape)
+    return None if newest.shape is None else shape_from_row(schema, name, newest.shape)
 
 
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:

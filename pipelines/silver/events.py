@@ -128,16 +128,20 @@ def changes_to_events(changes: DataFrame, shape: TableShape) -> DataFrame:
     )
 
 
+def first_rows(snapshots: DataFrame) -> DataFrame:
+    """Each chunk's first row (row_index 0): the one that holds the chunk's shape lists."""
+    return snapshots.filter(F.col("row_index") == 0)
+
+
 def with_chunk_shapes(snapshots: DataFrame) -> DataFrame:
     """bronze/snapshots rows, each with its chunk's shape lists (SHAPE_LISTS).
 
-    The backfill writes them on a chunk's first row (row_index 0) only; `snapshots` must
-    hold that row of every chunk it holds a row of (rows of older backfills carry them
-    on every row and come out the same).
+    The backfill writes them on a chunk's first row only; `snapshots` must hold that row
+    of every chunk it holds a row of (rows of older backfills carry them on every row
+    and come out the same).
     """
-    firsts = snapshots.filter(F.col("row_index") == 0).select(
-        "backfill_id", "chunk_id", *SHAPE_LISTS)
-    return snapshots.drop(*SHAPE_LISTS).join(F.broadcast(firsts), ["backfill_id", "chunk_id"])
+    firsts = first_rows(snapshots).select("backfill_id", "chunk_id", *SHAPE_LISTS)
+    return snapshots.drop(*SHAPE_LISTS).join(firsts, ["backfill_id", "chunk_id"])
 
 
 def snapshot_rows(snapshots: DataFrame, shape: TableShape) -> DataFrame:

@@ -40,15 +40,14 @@ def backfill(config: Config, *tables: str, chunk_size: int = 50, restart: bool =
     return results
 
 
-def snapshot_rows(config: Config, table: str | None = None, raw: bool = False) -> list[dict]:
+def snapshot_rows(config: Config, table: str | None = None) -> list[dict]:
     """bronze/snapshots rows, each with its chunk's shape lists (the backfill writes them
-    on the chunk's row 0 only), unless `raw`."""
+    on the chunk's row 0 only)."""
     snapshots = DeltaTable(str(LakeLayout(config.lake.path).bronze_snapshots))
     rows = snapshots.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()  # see StateStore.all
-    if not raw:
-        shapes = {(r["backfill_id"], r["chunk_id"]): {k: r[k] for k in SHAPE_LISTS}
-                  for r in rows if r["row_index"] == 0}
-        rows = [{**r, **shapes[r["backfill_id"], r["chunk_id"]]} for r in rows]
+    shapes = {(r["backfill_id"], r["chunk_id"]): {k: r[k] for k in SHAPE_LISTS}
+              for r in rows if r["row_index"] == 0}
+    rows = [{**r, **shapes[r["backfill_id"], r["chunk_id"]]} for r in rows]
     if table is not None:
         schema, name = table.split(".")
         rows = [r for r in rows if (r["schema_name"], r["table_name"]) == (schema, name)]

@@ -254,3 +254,18 @@ def test_a_moved_row_keeps_an_unchanged_value_while_its_columns_widen(sail, lake
     df = sail.read.format("delta").load(str(lake.root / "silver/public/items"))
     assert [tuple(r) for r in df.select("id", "name", "score").collect()] == [
         (5_000_000_000, "a", 2 ** 40)]
+
+
+def test_a_chunk_without_its_first_row_stops_the_table(sail, lake, config):
+    """A chunk's rows are read with the shape on its row 0: without that row they would
+    silently drop out of silver, so the table stops with a data error instead."""
+    lake.append_changes([ITEMS.watermark(18, 0, "b1", 1, "low"),
+                         ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=2),
+                         ITEMS.watermark(21, 0, "b1", 2, "low"),
+                         ITEMS.watermark(22, 0, "b1", 2, "high", SNAP, rows=1)])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, 0, id=100, name="a", doc="P100"),
+                           ITEMS.chunk_row("b1", 1, 1, id=101, name="b", doc="P101"),
+                           ITEMS.chunk_row("b1", 2, 1, id=102, name="c", doc="P102")])
+    report = run_silver(config, sail)
+    assert [t.table for t in report.failed] == ["public.items"]
+    assert "1 of 2 backfill chunks have no first row" in report.failed[0].error
