@@ -8,7 +8,7 @@ types and key columns so it can be typed later without asking Postgres.
 `bronze/snapshots` holds backfill chunk rows in the same value format. Its shape lists
 (SHAPE_LISTS) are set on each chunk's first row (row_index 0) and null on its other rows,
 which share them; rows written before that carry them on every row. Readers fill them in
-from row 0 (`pipelines.silver.events.with_chunk_shapes`).
+from row 0 (`pipelines.silver.events.with_chunk_columns`).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from pipelines.silver.batch import latest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
     field as struct_field, first_rows, is_after, merge_shapes, shape_from_row,
-    snapshot_rows, value_columns, with_chunk_shapes)
+    snapshot_rows, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
@@ -81,23 +81,34 @@ def tombstones_path(layout: LakeLayout, schema: str, table: str) -> Path:
     return TableNames(layout).tombstones(schema, table).path
 
 
-def _chunk_shape(run: SilverContext, table: TableScan) -> TableShape | None:
+@dataclass(frozen=True)
+class ChunkShapes:
+    """What the first rows of a batch's backfill chunks say about the table."""
+
+    newest: TableShape | None  # the newest chunk's shape
+    same_columns: tuple[str, ...] | None  # the column list, if every chunk has the same
+
+
+def _chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     rows = _chunk_rows(run, table)
     if rows is None:
-        return None
-    [newest] = first_rows(rows).agg(
+        return ChunkShapes(None, None)
+    [found] = first_rows(rows).agg(
         F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
                  F.struct("read_at", "chunk_id")).alias("shape"),
+        F.collect_set("columns").alias("column_lists"),
         F.count(F.lit(1)).alias("chunks")).collect()
-    # Every chunk's rows are read with its first row's shape (with_chunk_shapes): a chunk
-    # with rows but without its first row would vanish from silver, so stop instead.
+    # Every chunk's rows are read with its first row's columns (with_chunk_columns): a
+    # chunk with rows but without its first row would vanish from silver, so stop instead.
     with_rows = sum(1 for w in table.windows if w.rows)
-    if newest.chunks < with_rows:
-        raise DataError(f"{table.name}: {with_rows - newest.chunks} of {with_rows} backfill "
+    if found.chunks < with_rows:
+        raise DataError(f"{table.name}: {with_rows - found.chunks} of {with_rows} backfill "
                         "chunks have no first row (row_index 0) in bronze/snapshots; "
                         "bronze is damaged: run `lakehouse backfill --restart` for the table")
     schema, name = table.name.split(".", 1)
-    return None if newest.shape is None else shape_from_row(schema, name, newest.shape)
+    newest = None if found.shape is None else shape_from_row(schema, name, found.shape)
+    lists = found.column_lists or []
+    return ChunkShapes(newest, tuple(lists[0]) if len(lists) == 1 else None)
 
 
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
@@ -117,8 +128,9 @@ def _table_rows(run: SilverContext, table: TableScan) -> DataFrame:
 
 
 def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after: Position,
-                 upto: Position) -> DataFrame:
-    """The table's text events in (after, upto], backfill chunks reconciled in."""
+                 upto: Position, chunk_columns: tuple[str, ...] | None = None) -> DataFrame:
+    """The table's text events in (after, upto], backfill chunks reconciled in
+    (`chunk_columns`: the column list every chunk has, if they all have the same)."""
     keys = shape.key_columns
     rows = _table_rows(run, table)
     new = rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(after[0]),
@@ -138,8 +150,9 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
         F.col("commit_lsn").alias(LSN), F.col("change_index").alias(CHANGE_INDEX),
         F.col("xid").alias(XID))
     windows = run.spark.createDataFrame(window_rows(table.windows), WINDOW_SCHEMA)
-    chunks = reconcile_chunks(snapshot_rows(with_chunk_shapes(chunk_rows), shape), windows,
-                              window_changes, truncates, keys, [c.name for c in shape.columns])
+    chunks = reconcile_chunks(snapshot_rows(with_chunk_columns(chunk_rows, chunk_columns), shape),
+                              windows, window_changes, truncates, keys,
+                              [c.name for c in shape.columns])
     return events.unionByName(chunks)
 
 
@@ -200,9 +213,9 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     floor = max(filter(None, [before.floor, table.truncate]), default=None)
     floor_moved = floor is not None and floor != before.floor
     shape = table.shape
-    if table.windows:
-        chunk_shape = _chunk_shape(run, table)
-        shape = merge_shapes(shape, chunk_shape) if shape else chunk_shape
+    chunks = _chunk_shapes(run, table) if table.windows else ChunkShapes(None, None)
+    if chunks.newest is not None:
+        shape = merge_shapes(shape, chunks.newest) if shape else chunks.newest
     schema, name = table.name.split(".", 1)
     silver = run.names.silver(schema, name)
     marks = run.names.tombstones(schema, name)
@@ -214,8 +227,9 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     keys = list(shape.key_columns)
 
     toast = _toast_columns(run, table, shape)
-    events = latest_events(batch_events(run, table, shape, before.position, upto), shape,
-                           floor, toast, moved_rows=table.moved)
+    events = latest_events(batch_events(run, table, shape, before.position, upto,
+                                        chunks.same_columns),
+                           shape, floor, toast, moved_rows=table.moved)
     typed = typed_columns(with_failed_texts(events, shape.columns), shape.columns,
                           table=shape.qualified_name)
 

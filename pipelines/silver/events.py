@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
-from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE, SHAPE_LISTS
+from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
 from pipelines.errors import DataError
 from pipelines.silver.table_shape import SourceColumn, TableShape
 
@@ -133,15 +133,18 @@ def first_rows(snapshots: DataFrame) -> DataFrame:
     return snapshots.filter(F.col("row_index") == 0)
 
 
-def with_chunk_shapes(snapshots: DataFrame) -> DataFrame:
-    """bronze/snapshots rows, each with its chunk's shape lists (SHAPE_LISTS).
+def with_chunk_columns(snapshots: DataFrame, same: Sequence[str] | None = None) -> DataFrame:
+    """bronze/snapshots rows, each with its chunk's `columns` (what snapshot_rows reads).
 
-    The backfill writes them on a chunk's first row only; `snapshots` must hold that row
-    of every chunk it holds a row of (rows of older backfills carry them on every row
-    and come out the same).
+    The backfill writes them on a chunk's first row only, so they are joined back from
+    there; `snapshots` must hold that row of every chunk it holds a row of. If every
+    chunk has the same columns (`same`), they are set as a literal instead: no join.
+    Rows of older backfills carry them on every row and come out the same either way.
     """
-    firsts = first_rows(snapshots).select("backfill_id", "chunk_id", *SHAPE_LISTS)
-    return snapshots.drop(*SHAPE_LISTS).join(firsts, ["backfill_id", "chunk_id"])
+    if same is not None:
+        return snapshots.withColumn("columns", F.array(*(F.lit(c) for c in same)))
+    firsts = first_rows(snapshots).select("backfill_id", "chunk_id", "columns")
+    return snapshots.drop("columns").join(firsts, ["backfill_id", "chunk_id"])
 
 
 def snapshot_rows(snapshots: DataFrame, shape: TableShape) -> DataFrame:

@@ -4,7 +4,7 @@ from chispa import assert_df_equality
 
 from pipelines.errors import DataError
 from pipelines.silver.events import (
-    changes_to_events, shape_from_row, snapshot_rows, with_chunk_shapes)
+    changes_to_events, shape_from_row, snapshot_rows, with_chunk_columns)
 
 pytestmark = pytest.mark.spark
 
@@ -56,7 +56,7 @@ def test_snapshot_rows_by_column_name(spark):
 
 
 @pytest.mark.parametrize("every_row", [False, True], ids=["first-row", "every-row"])
-def test_chunk_rows_get_their_chunks_shape(spark, every_row):
+def test_chunk_rows_get_their_chunks_columns(spark, every_row):
     """The backfill writes a chunk's shape on its row 0 only (older backfills on every
     row): each row is read by its own chunk's column names, also when chunks differ."""
     from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
@@ -66,7 +66,7 @@ def test_chunk_rows_get_their_chunks_shape(spark, every_row):
     rows += [reordered.chunk_row("b1", 2, i, every_row, id=10 + i, name="b", doc="y")
              for i in range(2)]
     bronze = spark_frame(spark, rows[::-1], SNAPSHOTS_SCHEMA)  # row 0 need not come first
-    filled = with_chunk_shapes(bronze)
+    filled = with_chunk_columns(bronze)
     assert sorted(tuple(r) for r in filled.select("chunk_id", "row_index", "columns").collect()) \
         == [(1, i, ["id", "name", "doc"]) for i in range(3)] + \
         [(2, i, ["doc", "id", "name"]) for i in range(2)]
@@ -76,6 +76,19 @@ def test_chunk_rows_get_their_chunks_shape(spark, every_row):
         "_cdc_backfill_id string, _cdc_chunk_id long, id string, name string, doc string")
     assert_df_equality(snapshot_rows(filled, SHAPE), expected, ignore_nullable=True,
                        ignore_row_order=True)
+
+
+def test_chunks_with_the_same_columns_get_them_without_a_join(spark):
+    from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
+
+    rows = [ITEMS.chunk_row("b1", chunk, i, id=10 * chunk + i, name="a", doc="x")
+            for chunk in (1, 2) for i in range(2)]
+    bronze = spark_frame(spark, rows, SNAPSHOTS_SCHEMA)
+    filled = with_chunk_columns(bronze, ("id", "name", "doc"))
+    assert {tuple(r.columns) for r in filled.select("columns").collect()} == {
+        ("id", "name", "doc")}
+    assert sorted(r.id for r in snapshot_rows(filled, SHAPE).collect()) == ["10", "11", "20",
+                                                                            "21"]
 
 
 def test_shape_from_row_and_refusals():

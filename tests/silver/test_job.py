@@ -269,3 +269,23 @@ def test_a_chunk_without_its_first_row_stops_the_table(sail, lake, config):
     report = run_silver(config, sail)
     assert [t.table for t in report.failed] == ["public.items"]
     assert "1 of 2 backfill chunks have no first row" in report.failed[0].error
+
+
+def test_chunks_of_one_batch_with_different_columns_read_each_by_its_own(sail, lake, config):
+    """A column added between two chunks: each chunk's rows are read by the columns on its
+    own first row (a join), and silver gets the new column."""
+    wider = Table(columns=("id", "score", "name", "doc"), types=("int4", "int4", "text", "text"))
+    lake.append_changes([ITEMS.watermark(18, 0, "b1", 1, "low"),
+                         ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=2),
+                         ITEMS.watermark(21, 0, "b1", 2, "low"),
+                         ITEMS.watermark(22, 0, "b1", 2, "high", SNAP, rows=2)])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, i, id=100 + i, name="a", doc=f"P{i}")
+                           for i in range(2)]
+                          + [wider.chunk_row("b1", 2, i, id=200 + i, score=i + 7, name="b",
+                                             doc=f"Q{i}") for i in range(2)])
+    report = run_silver(config, sail)
+    assert not report.failed and report.tables[0].chunks == 2
+    df = sail.read.format("delta").load(str(lake.root / "silver" / "public" / "items"))
+    assert [tuple(r) for r in df.select("id", "name", "doc", "score").orderBy("id").collect()] \
+        == [(100, "a", "P0", None), (101, "a", "P1", None), (200, "b", "Q0", 7),
+            (201, "b", "Q1", 8)]
