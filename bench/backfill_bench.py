@@ -1,6 +1,7 @@
 """Backfill throughput vs `COPY (SELECT ...) TO STDOUT` of the same table, and peak RSS.
 
-For each table shape a 1M-row table is loaded (and checkpointed) before the slot exists.
+For each table shape a 1M-row table is loaded (vacuumed, analyzed: the wide table's
+random uuid key is then read by key range, and checkpointed) before the slot exists.
 A psycopg COPY loop that keeps nothing shows the client the backfill uses. Then, per
 chunk size, `--repeat` pairs alternate psql's \\copy to /dev/null (the C client: the
 limit) and `lakehouse backfill` in a child process, so both see about the same machine
