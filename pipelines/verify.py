@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from pipelines.backfill.catalog import table_shape
 from pipelines.backfill.chunk import (
-    chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
+    FIRST_CHUNK_ROWS, chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config
@@ -45,7 +45,6 @@ from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
 
-FIRST_CHUNK_ROWS = 1_000  # then as many as fit CHUNK_BYTES at the width these showed
 CHUNK_ROWS = 500_000  # source rows per COPY and scratch Parquet file, at most
 CHUNK_BYTES = 64 << 20  # CSV per COPY, about: wide rows make chunks shorter
 STALE_SCRATCH_SECONDS = 24 * 3600  # a verify killed before its cleanup left these

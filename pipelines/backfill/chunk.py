@@ -111,6 +111,11 @@ def read_chunk(conn: psycopg.Connection, shapes: ShapeCache, after: tuple[str, .
     return RawChunk(shape, data, rows, last_key, snapshot, read_at)
 
 
+# Rows of a first keyset chunk, until it shows how wide the rows are (50k rows of 50 kB
+# would be 2.5 GB); later chunks hold as many as next_chunk_rows allows.
+FIRST_CHUNK_ROWS = 1_000
+
+
 def next_chunk_rows(rows: int, data_bytes: int, max_rows: int, max_bytes: int) -> int:
     """Rows for the next chunk: at most `max_rows`, and about `max_bytes` of CSV at the
     row width the last chunk (`rows` rows in `data_bytes` bytes) showed."""

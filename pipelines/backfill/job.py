@@ -28,7 +28,7 @@ from deltalake.exceptions import DeltaError
 from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.catalog import estimated_rows, key_correlation, key_order, regclass
 from pipelines.backfill.chunk import (
-    RawChunk, ShapeCache, SnapshotBuilder, next_chunk_rows, read_chunk)
+    FIRST_CHUNK_ROWS, RawChunk, ShapeCache, SnapshotBuilder, next_chunk_rows, read_chunk)
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
 from pipelines.backfill.watermark import emit_watermark
@@ -42,7 +42,6 @@ from pipelines.source.text_format import with_text_format
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_BYTES = 8 << 20  # wide rows shrink the chunk (CSV bytes) so memory stays bounded
-FIRST_CHUNK_ROWS = 1_000  # until a chunk shows how wide the rows are (50k rows of 50 kB: 2.5 GB)
 CHUNKS_IN_FLIGHT = 6  # read, converted, waiting, being written: bounded by MAX_CHUNK_BYTES each
 COMMIT_BYTES = 2 * MAX_CHUNK_BYTES  # waiting chunks share a bronze commit up to this size
 CHUNK_ID_BLOCK = 100  # chunk ids reserved per state write (see state.py)
