@@ -206,12 +206,15 @@ def copy_out(conn: psycopg.Connection,
     """All bytes a COPY TO STDOUT sends, the row count and the last row, read from libpq.
 
     libpq hands COPY data over one row at a time; psycopg's Copy object spends ~2.5x more
-    CPU per row than this loop, and a blocking PQgetCopyData would hold the GIL while it
-    waits. So: non-blocking reads, and a GIL-free select() when the socket is drained.
+    CPU per row than this loop, and a blocking PQgetCopyData or PQgetResult would hold the
+    GIL while it waits. So: non-blocking reads, and a GIL-free select() when the socket is
+    drained. (A COPY that waits for a lock, e.g. behind a TRUNCATE, would otherwise hold
+    the GIL until the transaction holding the lock commits, and that transaction's own
+    client thread may need the GIL to commit: the process deadlocks.)
     """
     pgconn = conn.pgconn
     pgconn.send_query(statement.as_bytes(conn))
-    result = pgconn.get_result()
+    result = _next_result(pgconn)
     if result is None or result.status != pq.ExecStatus.COPY_OUT:
         _drain(pgconn)
         raise _error(result, "COPY did not start")
@@ -230,7 +233,7 @@ def copy_out(conn: psycopg.Connection,
         else:
             break
     failure = None
-    while (result := pgconn.get_result()) is not None:
+    while (result := _next_result(pgconn)) is not None:
         if result.status != pq.ExecStatus.COMMAND_OK and failure is None:
             failure = result
     if size == -2 or failure is not None:
@@ -239,8 +242,16 @@ def copy_out(conn: psycopg.Connection,
 
 
 def _drain(pgconn: pq.abc.PGconn) -> None:
-    while pgconn.get_result() is not None:
+    while _next_result(pgconn) is not None:
         pass
+
+
+def _next_result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
+    """PQgetResult once it will not block: the wait for the server is a GIL-free select()."""
+    while pgconn.is_busy():
+        select.select([pgconn.socket], [], [])
+        pgconn.consume_input()
+    return pgconn.get_result()
 
 
 def _error(result: pq.abc.PGresult | None, fallback: str) -> psycopg.Error:
