@@ -1,4 +1,5 @@
-"""Silver's incremental run vs a delta-rs MERGE of the same rows, as the table grows.
+"""Silver's incremental run on Sail and on classic Spark vs a delta-rs MERGE of the same
+rows, as the table grows.
 
 For each table size N the lake holds bronze with N inserts of a narrow table
 (public.bench: id int8 key, name text, amount numeric(12,2), qty int4, active bool,
@@ -10,23 +11,33 @@ rows). For each batch size M, a copy of that lake gets M more changes in bronze 
 updates, 20% deletes, 20% inserts, random keys, increasing positions, 50k-row commits
 like the ingest's; with --toast-share F, that share of the updates leaves `name`
 unchanged, as Postgres does for a TOASTed value an UPDATE did not touch), then, each in
-its own child process:
+its own child process, one after the other (--engines picks them; with --repeat R the
+runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs...):
 
-- silver: ONE incremental `run_silver` on the local engine (Sail, in-process): seconds,
-  changes/s (bronze changes per second), the child's peak RSS (VmHWM: Python and the
-  Sail server, which runs in the same process) and the seconds of every Spark Connect
-  request by what made it (a MERGE by its target, else the pipeline function);
+- silver on Sail: ONE incremental `run_silver` on the local engine (Sail, in-process):
+  seconds, changes/s (bronze changes per second), the child's peak RSS (VmHWM: Python
+  and the Sail server, which runs in the same process) and the seconds of every Spark
+  Connect request by what made it (a MERGE by its target, else the pipeline function);
+- silver on Spark: the same `run_silver` on classic Spark with Delta Lake (the `spark`
+  engine, master local[2]), on an identical copy of the lake (same bronze, same silver
+  before the batch): seconds and changes/s as above, the session's start-up apart (the
+  JVM's launch and Ivy's resolution of the Delta jars: not in the seconds), the peak
+  RSS of the Python process and of its JVM, and the seconds of the job's steps;
 - delta-rs: `DeltaTable.merge` of the batch's latest event per key (the rows silver ends
   up merging, already typed) into an identical copy of the N-row silver table (the same
   files), with silver's position guard: seconds, peak RSS and the merge's metrics;
-- Sail MERGE alone: silver's own MERGE statement, on Sail, of those same rows into
-  another identical copy: what the engine's MERGE costs without the pipeline's steps.
+- Sail MERGE alone (with Sail): silver's own MERGE statement, on Sail, of those same
+  rows into another identical copy: what the engine's MERGE costs without the
+  pipeline's steps.
 
-The two tables are then compared row for row (they must be equal). The 1-minute load
-average (what `uptime` shows) is recorded around every timed run: the machine is shared.
+The engines' tables are then compared row for row with the first's (they must be
+equal). The 1-minute load average (what `uptime` shows) is recorded around every timed
+run: the machine is shared. The report lists every run, then every case's medians with
+the engines side by side.
 
     python -m bench.silver_bench [--table-rows 1000000 10000000] [--changes 100000 1000000]
-                                 [--repeat 2] [--initial auto|silver|direct]
+                                 [--repeat 2] [--engines sail spark deltars]
+                                 [--initial auto|silver|direct]
                                  [--toast-share 0.3] [--json results.json]
 """
 
@@ -36,6 +47,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -66,6 +78,9 @@ INGEST_COMMIT_ROWS = 50_000  # the ingest's batch_rows: one bronze commit per 50
 INITIAL_COMMIT_ROWS = 1_000_000
 DIRECT_FILE_ROWS = 1_000_000  # --initial direct: rows per silver file (see build_direct)
 UPDATE, DELETE, INSERT = 0, 1, 2
+ENGINES = ("sail", "spark", "deltars")  # --engines, in the order each run of a case runs them
+LABELS = {"sail": "Sail", "spark": "Spark", "deltars": "delta-rs"}
+SPARK_MASTER = "local[2]"  # classic Spark's driver threads: the machine's 2 cores
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -240,18 +255,43 @@ def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0
 
 # --- child processes -------------------------------------------------------------------------
 
-def bench_config(lake: Path):
-    from pipelines.config import Config, LakeConfig, SourceConfig
+def bench_config(lake: Path, engine: str = "local"):
+    from pipelines.config import Config, LakeConfig, SourceConfig, SparkConfig
 
     return Config(source=SourceConfig(dsn="host=unused", tables=(TABLE,)),
-                  lake=LakeConfig(lake))
+                  lake=LakeConfig(lake), engine=engine,
+                  spark=SparkConfig(master=SPARK_MASTER))
 
 
-def vm_hwm_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def vm_hwm_mb(pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def jvm_pid() -> int:
+    """The JVM PySpark started for this process: the java process among its descendants
+    (spark-submit execs java, but a wrapper script in between would not hide it)."""
+    parents, names = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended since the listing
+            continue
+        pid = int(stat.parent.name)
+        names[pid] = text[text.index("(") + 1:text.rindex(")")]
+        parents[pid] = int(text[text.rindex(")") + 2:].split()[1])
+
+    def ours(pid: int) -> bool:
+        while pid > 1 and pid != os.getpid():
+            pid = parents.get(pid, 0)
+        return pid == os.getpid()
+
+    javas = [pid for pid, name in names.items() if name == "java" and ours(pid)]
+    if len(javas) != 1:
+        raise RuntimeError(f"expected one JVM under pid {os.getpid()}, found {javas}")
+    return javas[0]
 
 
 class Requests:
@@ -298,18 +338,11 @@ def _label(args: tuple) -> str:
     return "bench"
 
 
-def phase_silver(lake: Path, out: Path) -> None:
-    """One run_silver on the local engine, instrumented; results as JSON in `out`."""
-    started = time.perf_counter()
-    from pipelines.engine import start_local_session
+def timed_run_silver(config, spark) -> dict:
+    """One run_silver with the job's steps timed (where a run's seconds go, on any engine):
+    its seconds, the steps and what it applied per table."""
     from pipelines.silver import job
 
-    spark = start_local_session((lake / "_warehouse").resolve())
-    spark.sql("SELECT 1").collect()
-    startup = time.perf_counter() - started
-    rss_ready = vm_hwm_mb()
-    requests = Requests()
-    requests.install()
     steps: list[tuple[str, float]] = []
     for name in ("read_progress", "scan_bronze", "apply_table", "write_progress"):
         original = getattr(job, name, None)
@@ -324,13 +357,46 @@ def phase_silver(lake: Path, out: Path) -> None:
                 steps.append((_name, time.perf_counter() - begun))
         setattr(job, name, step)
     begun = time.perf_counter()
-    report = job.run_silver(bench_config(lake), spark)
+    report = job.run_silver(config, spark)
     seconds = time.perf_counter() - begun
     assert not report.failed, report.failed
-    out.write_text(json.dumps({
-        "seconds": seconds, "startup": startup, "rss_ready_mb": rss_ready,
-        "rss_peak_mb": vm_hwm_mb(), "steps": steps, "requests": requests.calls,
-        "tables": [[t.table, t.inserts, t.updates, t.deletes] for t in report.tables]}))
+    return {"seconds": seconds, "steps": steps,
+            "tables": [[t.table, t.inserts, t.updates, t.deletes] for t in report.tables]}
+
+
+def phase_silver(lake: Path, out: Path) -> None:
+    """One run_silver on the local engine, instrumented; results as JSON in `out`."""
+    started = time.perf_counter()
+    from pipelines.engine import start_local_session
+
+    spark = start_local_session((lake / "_warehouse").resolve())
+    spark.sql("SELECT 1").collect()
+    startup = time.perf_counter() - started
+    rss_ready = vm_hwm_mb()
+    requests = Requests()
+    requests.install()
+    run = timed_run_silver(bench_config(lake), spark)
+    out.write_text(json.dumps({**run, "startup": startup, "rss_ready_mb": rss_ready,
+                               "rss_peak_mb": vm_hwm_mb(), "requests": requests.calls}))
+
+
+def phase_spark(lake: Path, out: Path) -> None:
+    """One run_silver on classic Spark with Delta Lake (the `spark` engine, SPARK_MASTER),
+    as phase_silver runs it on Sail. The session's start-up is timed apart: it is the
+    JVM's launch and Ivy's resolution of the Delta jars, paid once per process. Peak RSS
+    is this Python process's and the JVM's, read before the session stops."""
+    from pipelines.engine import start_classic_session
+
+    config = bench_config(lake, "spark")
+    started = time.perf_counter()
+    spark = start_classic_session((lake / "_warehouse").resolve(), config.spark.master,
+                                  config.spark.jars, config.spark.conf)
+    startup = time.perf_counter() - started
+    run = timed_run_silver(config, spark)
+    result = {**run, "startup": startup, "rss_peak_mb": vm_hwm_mb(),
+              "jvm_rss_peak_mb": vm_hwm_mb(jvm_pid())}
+    spark.stop()
+    out.write_text(json.dumps(result))
 
 
 def phase_progress(lake: Path, lsn: int, index: int) -> None:
@@ -458,13 +524,13 @@ def last_commit(path: Path) -> dict:
             "added_mb": sum(a.get("size", 0) for a in added) / 2**20}
 
 
-def same_rows(silver: Path, other: Path) -> bool:
-    """Silver's table equals the delta-rs MERGE result, row for row (sorted by key)."""
+def same_rows(table: Path, other: Path) -> bool:
+    """Two engines' results are the same table, row for row (sorted by key)."""
     from pipelines.lake import read_delta
 
     def rows(path: Path) -> pa.Table:
         return read_delta(path, columns=SILVER_SCHEMA.names).cast(SILVER_SCHEMA).sort_by("id")
-    return rows(silver).equals(rows(other))
+    return rows(table).equals(rows(other))
 
 
 STEPS = {  # request label prefix -> column of the breakdown
@@ -493,32 +559,53 @@ def request_summary(result: dict, top: int = 6) -> list[str]:
     return [f"      {sum(s):7.2f} s {len(s):3d}x  {label}" for label, s in ranked]
 
 
+def step_summary(result: dict) -> str:
+    """Seconds of the run per job step (phase silver and spark both record them)."""
+    steps: dict[str, float] = {}
+    for name, seconds in result["steps"]:
+        steps[name] = steps.get(name, 0.0) + seconds
+    return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps.items())
+
+
 def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
-             verify: bool, toast_share: float) -> dict:
+             verify: bool, toast_share: float, engines: list[str]) -> dict:
+    """One run of a case: the batch lands in a copy of the base lake, then each engine
+    applies it to its own copy of the same N-row silver table, one after the other (so
+    the runs of a case alternate between the engines); the first engine's table is the
+    one the others must equal."""
     case = work / f"n{n}-m{m}-r{repeat}"
     shutil.rmtree(case, ignore_errors=True)
     lake = case / "lake"
     shutil.copytree(base, lake)
-    shutil.copytree(silver_path(lake), case / "deltars")  # the identical N-row copies
-    shutil.copytree(silver_path(lake), case / "sailmerge")
+    if "deltars" in engines:  # the identical N-row copies
+        shutil.copytree(silver_path(lake), case / "deltars")
+    if "sail" in engines:
+        shutil.copytree(silver_path(lake), case / "sailmerge")
     bronze, source = batch_rows(n, m, seed + n + m, toast_share)
     append_bronze(lake, bronze, INGEST_COMMIT_ROWS)
     pq.write_table(source, case / "source.parquet")
     keys = source.num_rows
     del bronze, source
-    _, silver, silver_load = child("--phase", "silver", "--lake", str(lake),
-                                   out=case / "silver.json")
-    _, rs, rs_load = child("--phase", "deltars", "--target", str(case / "deltars"),
-                           "--source", str(case / "source.parquet"), out=case / "deltars.json")
-    _, sail_merge, _ = child("--phase", "sailmerge", "--target", str(case / "sailmerge"),
-                             "--source", str(case / "source.parquet"),
-                             out=case / "sailmerge.json")
-    result = {"n": n, "m": m, "repeat": repeat, "keys": keys, "silver": silver,
-              "silver_load": silver_load, "deltars": rs, "deltars_load": rs_load,
-              "sail_merge": sail_merge,
-              "silver_commit": last_commit(silver_path(lake)),
-              "deltars_commit": last_commit(case / "deltars"),
-              "equal": same_rows(silver_path(lake), case / "deltars") if verify else None}
+    if "spark" in engines:  # the lake Sail's run gets: same bronze, same silver before it
+        shutil.copytree(lake, case / "spark")
+    merge_source = ("--source", str(case / "source.parquet"))
+    argv = {"sail": ("--phase", "silver", "--lake", str(lake)),
+            "spark": ("--phase", "spark", "--lake", str(case / "spark")),
+            "deltars": ("--phase", "deltars", "--target", str(case / "deltars"),
+                        *merge_source)}
+    tables = {"sail": silver_path(lake), "spark": silver_path(case / "spark"),
+              "deltars": case / "deltars"}
+    result = {"n": n, "m": m, "repeat": repeat, "keys": keys}
+    for engine in engines:
+        _, measured, load = child(*argv[engine], out=case / f"{engine}.json")
+        result[engine] = {**measured, "load": load, "commit": last_commit(tables[engine])}
+    if "sail" in engines:
+        _, result["sail_merge"], _ = child("--phase", "sailmerge", "--target",
+                                           str(case / "sailmerge"), *merge_source,
+                                           out=case / "sailmerge.json")
+    first, *others = engines
+    result["equal"] = ({e: same_rows(tables[first], tables[e]) for e in others}
+                       if verify else None)
     shutil.rmtree(case, ignore_errors=True)
     return result
 
@@ -529,19 +616,22 @@ def main() -> None:
     parser.add_argument("--table-rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--changes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=2, help="runs of every case (default 2)")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES),
+                        help="what applies each batch: silver on Sail, silver on classic "
+                             "Spark with Delta Lake, a delta-rs MERGE (default: all three)")
     parser.add_argument("--initial", choices=("auto", "silver", "direct"), default="auto",
                         help="build the N-row silver table with run_silver, or directly "
                              "(auto: run_silver up to 1M rows, direct above: see the docs)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--no-verify", action="store_true",
-                        help="skip the row-for-row comparison of silver and delta-rs")
+                        help="skip the row-for-row comparison of the engines' tables")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--toast-share", type=float, default=0.0,
                         help="share of the updates that leave the name column unchanged "
                              "(unchanged TOAST: silver then runs its TOAST fill; default 0)")
-    parser.add_argument("--phase", choices=("silver", "deltars", "sailmerge", "progress"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("silver", "spark", "deltars", "sailmerge",
+                                            "progress"), help=argparse.SUPPRESS)
     parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
@@ -550,6 +640,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.phase == "silver":
         return phase_silver(args.lake, args.out)
+    if args.phase == "spark":
+        return phase_spark(args.lake, args.out)
     if args.phase == "deltars":
         return phase_deltars(args.target, args.source, args.out)
     if args.phase == "sailmerge":
@@ -557,6 +649,7 @@ def main() -> None:
     if args.phase == "progress":
         return phase_progress(args.lake, *args.position)
 
+    engines = [e for e in ENGINES if e in args.engines]
     work = args.work or Path(tempfile.mkdtemp(prefix="silver-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     builds, results = [], []
@@ -575,14 +668,21 @@ def main() -> None:
             for m in args.changes:
                 for r in range(args.repeat):
                     result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
-                                      args.toast_share)
+                                      args.toast_share, engines)
                     results.append(result)
-                    print(f"  N={n:,} M={m:,} run {r + 1}: silver "
-                          f"{result['silver']['seconds']:.2f} s, delta-rs "
-                          f"{result['deltars']['seconds']:.2f} s, Sail MERGE alone "
-                          f"{result['sail_merge']['seconds']:.2f} s, equal={result['equal']}",
-                          flush=True)
-                    print("\n".join(request_summary(result["silver"])), flush=True)
+                    timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
+                        f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
+                        for e in engines]
+                    if "sail" in engines:
+                        timings.append(f"Sail MERGE alone "
+                                       f"{result['sail_merge']['seconds']:.2f} s")
+                    print(f"  N={n:,} M={m:,} run {r + 1}: {', '.join(timings)}, "
+                          f"equal={result['equal']}", flush=True)
+                    if "sail" in engines:
+                        print("\n".join(request_summary(result["sail"])), flush=True)
+                    if "spark" in engines:
+                        print(f"      Spark steps: {step_summary(result['spark'])}",
+                              flush=True)
             shutil.rmtree(base, ignore_errors=True)
     finally:
         if args.json:
@@ -590,38 +690,82 @@ def main() -> None:
                                             default=str, indent=1))
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    report(builds, results)
+    report(builds, results, engines)
 
 
-def report(builds: list[dict], results: list[dict]) -> None:
+def median(runs: list[dict], engine: str, key: str = "seconds") -> float:
+    return statistics.median(r[engine][key] for r in runs)
+
+
+def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
     rows = [["table rows", "initial build", "seconds", "peak MB", "load 1m", "silver files"]]
     for b in builds:
         rows.append([f"{b['n']:,}", b["method"], f"{b['seconds']:.1f}", f"{b['peak_mb']:.0f}",
                      f"{b['load'][0]:.1f}-{b['load'][1]:.1f}", str(b["files"])])
     print("\n" + table(rows))
-    rows = [["table rows", "changes", "run", "keys", "silver s", "changes/s", "delta-rs s",
-             "ratio", "Sail MERGE alone s", "silver peak MB", "delta-rs peak MB", "stage s",
-             "merge s",
-             "other s", "files rewritten silver | delta-rs", "load 1m", "equal"]]
+
+    sail, spark, deltars = ("sail" in engines, "spark" in engines, "deltars" in engines)
+    rows = [["table rows", "changes", "run", "keys", *(f"{LABELS[e]} s" for e in engines),
+             *(["Sail MERGE alone s", "Sail stage s", "Sail merge s", "Sail other s"]
+               if sail else []),
+             f"files rewritten {' | '.join(LABELS[e] for e in engines)}", "load 1m", "equal"]]
     for r in results:
-        s, d = r["silver"]["seconds"], r["deltars"]["seconds"]
-        sc, dc, steps = r["silver_commit"], r["deltars_commit"], breakdown(r["silver"])
-        rows.append([
-            f"{r['n']:,}", f"{r['m']:,}", str(r["repeat"] + 1), f"{r['keys']:,}", f"{s:.2f}",
-            f"{r['m'] / s:,.0f}", f"{d:.2f}", f"{s / d:.1f}x",
-            f"{r['sail_merge']['seconds']:.2f} ({r['sail_merge']['seconds'] / d:.1f}x)",
-            f"{r['silver']['rss_peak_mb']:.0f}", f"{r['deltars']['rss_peak_mb']:.0f}",
-            f"{steps['stage']:.2f}", f"{steps['merge']:.2f}",
-            f"{s - steps['stage'] - steps['merge']:.2f}",
-            f"{sc['removed']} of {sc['files'] - sc['added'] + sc['removed']} | "
-            f"{dc['removed']} of {dc['files'] - dc['added'] + dc['removed']}",
-            f"{r['silver_load'][0]:.1f}-{r['silver_load'][1]:.1f}", str(r["equal"])])
+        row = [f"{r['n']:,}", f"{r['m']:,}", str(r["repeat"] + 1), f"{r['keys']:,}",
+               *(f"{r[e]['seconds']:.2f}" for e in engines)]
+        if sail:
+            steps, merge_alone = breakdown(r["sail"]), r["sail_merge"]["seconds"]
+            row += [f"{merge_alone:.2f}" + (f" ({merge_alone / r['deltars']['seconds']:.1f}x)"
+                                            if deltars else ""),
+                    f"{steps['stage']:.2f}", f"{steps['merge']:.2f}",
+                    f"{r['sail']['seconds'] - steps['stage'] - steps['merge']:.2f}"]
+        commits = [r[e]["commit"] for e in engines]
+        loads = [load for e in engines for load in r[e]["load"]]
+        row += [" | ".join(f"{c['removed']} of {c['files'] - c['added'] + c['removed']}"
+                           for c in commits),
+                f"{min(loads):.1f}-{max(loads):.1f}", str(r["equal"])]
+        rows.append(row)
     print("\n" + table(rows))
-    print("\nstage: bronze -> events -> TOAST fill -> latest per key -> typed, stale events "
-          "marked, written to the staging Parquet (apply._staged); merge: the MERGE INTO the "
-          "silver table; other: scan, type check, tombstone MERGE, progress, catalog. "
-          "changes/s: bronze changes per second. Sail MERGE alone: the same MERGE statement "
-          "of delta-rs's source rows (x: its ratio to delta-rs).")
+
+    cases: dict[tuple[int, int], list[dict]] = {}
+    for r in results:
+        cases.setdefault((r["n"], r["m"]), []).append(r)
+    rows = [["table rows", "changes", "runs",
+             *(["Sail s", "Sail changes/s", "Sail peak MB"] if sail else []),
+             *(["Spark s", "Spark changes/s", "Spark peak MB Python + JVM", "Spark start-up s"]
+               if spark else []),
+             *(["delta-rs s", "delta-rs peak MB"] if deltars else []),
+             *(["Spark / Sail"] if sail and spark else []),
+             *(["Sail / delta-rs"] if sail and deltars else []), "equal"]]
+    for (n, m), runs in cases.items():
+        row = [f"{n:,}", f"{m:,}", str(len(runs))]
+        if sail:
+            row += [f"{median(runs, 'sail'):.2f}", f"{m / median(runs, 'sail'):,.0f}",
+                    f"{median(runs, 'sail', 'rss_peak_mb'):,.0f}"]
+        if spark:
+            row += [f"{median(runs, 'spark'):.2f}", f"{m / median(runs, 'spark'):,.0f}",
+                    f"{median(runs, 'spark', 'rss_peak_mb'):,.0f} + "
+                    f"{median(runs, 'spark', 'jvm_rss_peak_mb'):,.0f}",
+                    f"{median(runs, 'spark', 'startup'):.1f}"]
+        if deltars:
+            row += [f"{median(runs, 'deltars'):.2f}",
+                    f"{median(runs, 'deltars', 'rss_peak_mb'):,.0f}"]
+        if sail and spark:
+            row.append(f"{median(runs, 'spark') / median(runs, 'sail'):.1f}x")
+        if sail and deltars:
+            row.append(f"{median(runs, 'sail') / median(runs, 'deltars'):.1f}x")
+        equal = [same for r in runs if r["equal"] is not None for same in r["equal"].values()]
+        row.append(str(all(equal)) if equal else "-")
+        rows.append(row)
+    print("\n" + table(rows))
+    print("\nPer run: stage: bronze -> events -> TOAST fill -> latest per key -> typed, stale "
+          "events marked, written to the staging Parquet (apply._staged); merge: the MERGE "
+          "INTO the silver table; other: scan, type check, tombstone MERGE, progress, "
+          "catalog. Sail MERGE alone: the same MERGE statement of delta-rs's source rows "
+          "(x: its ratio to delta-rs). equal: each engine's table against the first's. "
+          "Per case: medians of its runs; changes/s: bronze changes per second of the "
+          "median run. Spark: classic Spark with Delta Lake, master " + SPARK_MASTER + "; "
+          "its start-up (JVM, Delta jars) is not in its seconds; peak MB is the Python "
+          "process's plus the JVM's. Sail runs in the Python process: its peak MB is both.")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`lakehouse`: the command line. Thin: parse, load config, call the verb's run function.
 
-Exit codes (DESIGN.md): 0 ok, 1 verification difference, 2 usage/config error,
+Exit codes (docs/architecture.md): 0 ok, 1 verification difference, 2 usage/config error,
 3 source problem, 4 data error.
 """
 
@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="delete the demo database and lake first")
     demo.add_argument("--port", type=int, default=54329,
                       help="port of the embedded Postgres (default: %(default)s)")
+    demo.add_argument("--engine", choices=("local", "spark"), default="local",
+                      help="where silver, gold and verify run: local (Sail, embedded) or "
+                      "spark (classic Spark with Delta Lake, local[*]; needs Java 17+, "
+                      "fetches delta-spark from Maven Central on first use) "
+                      "(default: %(default)s)")
     demo.set_defaults(handler=_demo, needs_config=False)
 
     for module in COMMAND_MODULES:
@@ -125,7 +130,7 @@ def _demo(args: argparse.Namespace, config: None) -> int:
     from pipelines.demo.run import DemoOptions, run_demo
 
     return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
-                                fresh=args.fresh, port=args.port))
+                                fresh=args.fresh, port=args.port, engine=args.engine))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,6 +75,7 @@ class SparkConfig:
 
     master: str = "local[*]"
     jars: tuple[str, ...] = ()  # local delta-spark/delta-storage jars instead of Maven
+    conf: Mapping[str, str] = field(default_factory=dict)  # any other Spark properties
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,12 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
             expected = "a list of jar paths"
             value = tuple(value) if ok else value
+        elif f.name == "conf":
+            ok = isinstance(value, Mapping) and all(
+                isinstance(k, str) and k and isinstance(v, (str, int, float, bool))
+                for k, v in value.items())
+            expected = "a mapping of Spark property names to values"
+            value = {k: _spark_value(v) for k, v in value.items()} if ok else value
         elif f.name == "tables":
             ok = value == ALL_TABLES or (isinstance(value, list) and value
                                          and all(isinstance(t, str) for t in value))
@@ -231,6 +238,11 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             raise ConfigError(f"{key}: got {value!r}, expected {expected}")
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def _spark_value(value: str | int | float | bool) -> str:
+    """A Spark property value as Spark spells it (YAML's true is Spark's "true")."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _check_name(value: str, key: str) -> None:

@@ -3,7 +3,7 @@
 - local: an embedded Sail Spark Connect server in this process (no JVM), stopped at exit;
 - spark: classic PySpark with delta-spark;
 - databricks: the job cluster's own session.
-Pipeline code never branches on the engine beyond this module (DESIGN.md, Engines).
+Pipeline code never branches on the engine beyond this module (docs/architecture.md, Engines).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from pipelines.errors import ConfigError
 
@@ -33,7 +33,8 @@ def get_spark(config: "Config") -> "SparkSession":
     if config.engine == "local":
         return start_local_session(warehouse)
     if config.engine == "spark":
-        return start_classic_session(warehouse, config.spark.master, config.spark.jars)
+        return start_classic_session(warehouse, config.spark.master, config.spark.jars,
+                                     config.spark.conf)
     if config.engine == "databricks":
         return databricks_session()
     raise ConfigError(f"engine: got {config.engine!r}, expected local, spark or databricks")
@@ -62,20 +63,43 @@ def start_local_session(warehouse: Path) -> "SparkSession":
     return spark
 
 
+# What every classic session gets: Delta's SQL extension and catalog, UTC, no UI. Settings
+# in the config's spark.conf come after these and win.
+CLASSIC_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",  # progress bars would garble the CLI's output
+}
+
+
+CONNECT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
 def start_classic_session(warehouse: Path, master: str = "local[2]",
-                          jars: tuple[str, ...] = ()) -> "SparkSession":
-    """Classic PySpark with Delta; fails clearly when the Delta classes cannot be loaded."""
+                          jars: tuple[str, ...] = (),
+                          conf: Mapping[str, str] | None = None) -> "SparkSession":
+    """Classic PySpark with Delta Lake.
+
+    Without `jars`, configure_spark_with_delta_pip asks Spark to fetch the delta-spark
+    release that matches the installed delta-spark package from Maven Central (Ivy keeps
+    it in its cache: only the first start downloads). Fails with a ConfigError saying what
+    to do when Delta's classes cannot be loaded.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python UDF workers: this venv
-    builder = (SparkSession.builder.master(master).appName("lakehouse")
-               .config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-               .config("spark.sql.catalog.spark_catalog",
-                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    # PySpark builds a Spark Connect session whenever these are set, and a process that
+    # started one (Sail, a notebook) leaves SPARK_CONNECT_MODE_ENABLED to its children;
+    # engine spark asks for the classic session.
+    for variable in CONNECT_VARIABLES:
+        os.environ.pop(variable, None)
+    builder = SparkSession.builder.master(master).appName("lakehouse") \
+        .config("spark.sql.warehouse.dir", str(warehouse))
+    for key, value in {**CLASSIC_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
     try:
         if jars:
             spark = builder.config("spark.jars", ",".join(jars)).getOrCreate()
@@ -83,14 +107,19 @@ def start_classic_session(warehouse: Path, master: str = "local[2]",
             from delta import configure_spark_with_delta_pip
 
             spark = configure_spark_with_delta_pip(builder).getOrCreate()
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # noqa: SLF001
+        # Spark's own class loader: jars fetched by spark.jars.packages are invisible to
+        # py4j's Class.forName.
+        spark._jvm.org.apache.spark.util.Utils.classForName(  # noqa: SLF001
+            "io.delta.tables.DeltaTable", True, False)
     except Exception as exc:  # the JVM reports missing jars in many shapes
         raise ConfigError(
             "the spark engine could not load Delta Lake's classes. Either let "
-            "configure_spark_with_delta_pip fetch io.delta:delta-spark from Maven (needs "
-            "network access to it), or list local jars in spark.jars in the config "
-            f"(delta-spark and delta-storage). Cause: {str(exc).splitlines()[0][:300]}"
+            "configure_spark_with_delta_pip fetch io.delta:delta-spark from Maven Central "
+            "(needs network access to it once; Ivy caches the jars), or list local jars in "
+            "spark.jars in the config (delta-spark and delta-storage of the release that "
+            f"matches the delta-spark package). Cause: {str(exc).splitlines()[0][:300]}"
         ) from exc
+    log.info("spark engine: classic Spark %s (master %s) with Delta Lake", spark.version, master)
     return spark
 
 

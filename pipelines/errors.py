@@ -1,4 +1,4 @@
-"""Project exceptions; each carries the CLI exit code of DESIGN.md's contract."""
+"""Project exceptions; each carries the CLI exit code of docs/architecture.md's contract."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lake layout: every Delta table's path derives from the lake root (DESIGN.md, Interfaces)."""
+"""Lake layout: every Delta table's path derives from the lake root (docs/architecture.md, Interfaces)."""
 
 from __future__ import annotations
 

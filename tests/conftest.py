@@ -1,15 +1,13 @@
 """Shared fixtures: a real PostgreSQL server (wal_level=logical) and a Spark session.
 
-Classic PySpark and Sail cannot share a Python process (DESIGN.md rule 10), so the
-engine is chosen per pytest run with --engine; `make test` runs the tests marked
-`spark` once per engine.
+Classic PySpark and Sail cannot share a Python process (docs/architecture.md, rule 10),
+so the engine is chosen per pytest run with --engine; `make test` runs the tests marked
+`spark` once per engine: on Sail, and on classic Spark with delta-spark.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -19,6 +17,7 @@ import psycopg
 import pytest
 
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
+from tests.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
 
 ENGINES = ("sail", "spark")
 
@@ -34,23 +33,22 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
+def config_engine(engine: str) -> str:
+    """The config's `engine` for the selected test engine (local is Sail)."""
+    return CONFIG_ENGINES[engine]
+
+
+@pytest.fixture(scope="session")
 def spark(engine: str, tmp_path_factory: pytest.TempPathFactory):
-    """A session on the selected engine: Sail in-process, or classic local[2] PySpark."""
+    """A session on the selected engine: Sail in-process, or classic local[2] PySpark with
+    delta-spark, built by the pipeline's own engine module."""
+    from pipelines.engine import start_classic_session, start_local_session
+
     warehouse = tmp_path_factory.mktemp("warehouse")
     if engine == "sail":
-        from pipelines.engine import start_local_session
-
         session = start_local_session(warehouse)
     else:
-        from pyspark.sql import SparkSession
-
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers: this venv
-        session = (SparkSession.builder.master("local[2]").appName("tests")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.sql.warehouse.dir", str(warehouse))
-                   .getOrCreate())
+        session = start_classic_session(warehouse, "local[2]", conf=CLASSIC_TEST_CONF)
     yield session
     session.stop()
 

@@ -17,8 +17,9 @@ from pipelines.embedded_pg import free_port
 from pipelines.lake import read_delta
 from pipelines.source.setup import run_setup
 from pipelines.config import SourceConfig
+from tests.engines import CLASSIC_TEST_CONF
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark
 
 
 def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -26,11 +27,11 @@ def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
                           text=True, **kwargs)
 
 
-def test_short_demo_run_verifies_and_prints_reports(tmp_path):
+def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     workdir = tmp_path / "demo"
     workdir.parent.chmod(0o755)
     result = cli("demo", "--workdir", str(workdir), "--rows", "1500", "--seconds", "3",
-                 "--port", str(free_port()), timeout=300)
+                 "--port", str(free_port()), "--engine", config_engine, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for table in ("users", "clients", "projects", "project_members", "time_entries"):
@@ -38,16 +39,18 @@ def test_short_demo_run_verifies_and_prints_reports(tmp_path):
     assert "DIFFERENT" not in out
     assert "== hours_per_project_per_day" in out and "== active_users_per_day" in out
     assert "summary:" in out and "freshness" in out
-    assert (workdir / "lakehouse.yml").exists()
+    assert yaml.safe_load((workdir / "lakehouse.yml").read_text())["engine"] == config_engine
 
 
-def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tmp_path):
+def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tmp_path,
+                                                                  config_engine):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
     config_path = tmp_path / "lakehouse.yml"
     config_path.write_text(yaml.safe_dump({
         "source": {"dsn": source_dsn, "tables": ["public.notes"]},
-        "lake": {"path": str(tmp_path / "lake")},
+        "lake": {"path": str(tmp_path / "lake")}, "engine": config_engine,
+        "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
         "ingest": {"batch_seconds": 0.2}, "silver": {"interval_seconds": 1}}))
     run_setup(SourceConfig(source_dsn, tables=("public.notes",)))
     log = (tmp_path / "run.log").open("w")  # not a pipe: nobody reads it while it runs
@@ -60,9 +63,13 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
         _wait(lambda: DeltaTable.is_deltatable(str(silver))
               and read_delta(silver, ["id"]).num_rows == 20)
 
-        status = cli("--config", str(config_path), "status", "--json")
-        assert status.returncode == 0, status.stderr
-        report = json.loads(status.stdout)
+        def status() -> dict:
+            done = cli("--config", str(config_path), "status", "--json")
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+        # silver records its progress after its MERGE statements: wait for that too
+        _wait(lambda: "public.notes" in status()["lake"]["silver"])
+        report = status()
         assert report["slot"]["active"] is True and report["slot"]["exists"] is True
         assert report["lake"]["bronze_confirmable_lsn"] != "0/0"
         assert report["lake"]["silver"]["public.notes"]["error"] is None

@@ -19,6 +19,7 @@ from typing import Iterator
 
 import nbformat
 import pytest
+import yaml
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
@@ -34,7 +35,7 @@ NOTEBOOKS = {
     "04_pipeline_health.ipynb": 1,
 }
 KERNEL = "lakehouse-test"
-# Portability rules (DESIGN.md rule 7, and what Sail lacks): none of this in a notebook.
+# Portability rules (docs/architecture.md rule 7, and what Sail lacks): none of this in a notebook.
 FORBIDDEN = (".rdd", ".cache(", ".persist(", "input_file_name", "_metadata", "sparkContext",
              "readStream", "readChangeFeed")
 
@@ -91,9 +92,14 @@ def project_env() -> dict[str, str]:
     return env
 
 
-def kernel_env(workdir: Path) -> dict[str, str]:
-    """The kernel's environment: the demo's config, charts as inline PNG images."""
-    return {**project_env(), "LAKEHOUSE_CONFIG": str(workdir / "lakehouse.yml"),
+def kernel_env(workdir: Path, engine: str) -> dict[str, str]:
+    """The kernel's environment: the demo's config with `engine` (the lake was written on
+    Sail: on classic Spark the notebooks also read another engine's tables), charts as
+    inline PNG images."""
+    config = yaml.safe_load((workdir / "lakehouse.yml").read_text())
+    path = workdir / f"lakehouse-{engine}.yml"
+    path.write_text(yaml.safe_dump({**config, "engine": engine}))
+    return {**project_env(), "LAKEHOUSE_CONFIG": str(path),
             "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
 
 
@@ -109,14 +115,15 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
 
 
 @pytest.mark.postgres
+@pytest.mark.spark
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs_on_the_demo_lake(name: str, demo_workdir: Path,
+def test_notebook_runs_on_the_demo_lake(name: str, demo_workdir: Path, config_engine: str,
                                         kernel_specs: KernelSpecManager) -> None:
     nb = read(name)
     client = NotebookClient(
         nb, km=KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs),
         timeout=180, resources={"metadata": {"path": str(demo_workdir)}})
-    client.execute(env=kernel_env(demo_workdir))  # raises CellExecutionError on a failing cell
+    client.execute(env=kernel_env(demo_workdir, config_engine))  # raises CellExecutionError on a failing cell
 
     for cell in code_cells(nb):
         assert not [o for o in cell.outputs if o.output_type == "error"]

@@ -17,7 +17,7 @@ from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify import NotCaughtUp, format_diffs, run_verify
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""`verify` with engine databricks, run on Sail: it compares the source with the silver
-catalog tables `<catalog>`.`<silver_schema>`.`<table>` (Sail's catalog is called `sail`)."""
+"""`verify` with engine databricks, run on Sail and classic Spark: it compares the source with the silver
+catalog tables `<catalog>`.`<silver_schema>`.`<table>` (here the session's own catalog)."""
 
 from __future__ import annotations
 
@@ -15,38 +15,31 @@ from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 
-@pytest.fixture
-def sail(spark, engine):
-    if engine != "sail":  # classic PySpark has no Delta jars here
-        pytest.fail("run this module with --engine sail (the default)")
-    return spark
-
-
-def test_verify_compares_the_source_with_the_catalog_tables(source_dsn, tmp_path, sail):
+def test_verify_compares_the_source_with_the_catalog_tables(source_dsn, tmp_path, spark):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute('CREATE TABLE "Things" (id int PRIMARY KEY, name text)')
     suffix = uuid.uuid4().hex[:8]
     config = parse_config({"source": {"dsn": source_dsn, "tables": ["public.Things"]},
                            "lake": {"path": str(tmp_path / "lake")}, "engine": "databricks",
-                           "databricks": {"catalog": sail.catalog.currentCatalog(),
+                           "databricks": {"catalog": spark.catalog.currentCatalog(),
                                           "silver_schema": f"silver_{suffix}"},
                            "ingest": {"batch_seconds": 0.1}}, tmp_path, {})
     run_setup(config.source)
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("""INSERT INTO "Things" SELECT g, 'n' || g FROM generate_series(1, 5) g""")
     run_ingest(config, IngestOptions(until_idle=0.3), StopRequested())
-    run_silver(config, sail)
+    run_silver(config, spark)
     things = TableNames.from_config(config).silver("public", "Things").sql
-    assert things == f"`sail`.`silver_{suffix}`.`things`"
+    assert things == f"`{spark.catalog.currentCatalog()}`.`silver_{suffix}`.`things`"
 
-    [diff] = run_verify(config, sail, wait_seconds=5)
+    [diff] = run_verify(config, spark, wait_seconds=5)
     assert (diff.table, diff.equal, diff.source_rows, diff.silver_rows) == (
         "public.Things", True, 5, 5)
 
-    sail.sql(f"MERGE INTO {things} t USING (SELECT 2 AS id) s ON t.id = s.id "
+    spark.sql(f"MERGE INTO {things} t USING (SELECT 2 AS id) s ON t.id = s.id "
              "WHEN MATCHED THEN DELETE").collect()
-    [diff] = run_verify(config, sail, wait_seconds=5)
+    [diff] = run_verify(config, spark, wait_seconds=5)
     assert diff.counts == {"missing": 1} and diff.examples == {"missing": ["2"]}

@@ -56,6 +56,7 @@ class DemoOptions:
     sessions: int = 3
     fresh: bool = False
     port: int = DEMO_PORT
+    engine: str = "local"  # silver, gold and verify: local (Sail) or spark (classic + Delta)
 
 
 @dataclass
@@ -88,7 +89,7 @@ def run_demo(options: DemoOptions) -> int:
     server.start()
     ingest = None
     try:
-        config = write_config(workdir, server.dsn(DEMO_DB))
+        config = write_config(workdir, server.dsn(DEMO_DB), options.engine)
         seeded = prepare_source(server, options.rows)
         report = run_setup(config.source)
         print(f"source: {len(report.tables)} tables, {seeded or 'existing'} rows seeded, "
@@ -185,14 +186,14 @@ def probe_freshness(config: Config, spark, timeout: float = 120) -> float:
                       "see ingest.log")
 
 
-def write_config(workdir: Path, dsn: str) -> Config:
+def write_config(workdir: Path, dsn: str, engine: str = "local") -> Config:
     """The demo's config file, usable with every verb while the demo server runs."""
     path = workdir / "lakehouse.yml"
     path.write_text(yaml.safe_dump({
         "source": {"dsn": dsn, "slot": "lakehouse", "publication": "lakehouse",
                    "tables": DEMO_TABLES},
         "lake": {"path": "lake"},
-        "engine": "local",
+        "engine": engine,
         "ingest": {"batch_seconds": 0.5, "status_interval_seconds": 5},
         "backfill": {"chunk_size": 5000},
         "silver": {"interval_seconds": 4},

@@ -13,10 +13,11 @@ Delta path locally, a Unity Catalog table on Databricks; the statements are the 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -54,6 +55,7 @@ METADATA_FIELDS = (StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongT
                    StructField(COMMIT_TS, TimestampType()))
 SOURCE_VIEW = "_lakehouse_silver_events"
 MAX_SNAPSHOT_TERMS = 64
+AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
 
 
 @dataclass
@@ -334,5 +336,22 @@ def _evolve(run: SilverContext, table: TableRef, target: StructType, plan: Schem
     if plan.new:
         run.spark.createDataFrame([], plan.final_schema(target)) \
             .createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(add_columns_merge_sql(table.sql, SOURCE_VIEW)).collect()
+        with _auto_merge(run.spark):
+            run.spark.sql(add_columns_merge_sql(table.sql, SOURCE_VIEW)).collect()
+
+
+@contextmanager
+def _auto_merge(spark: SparkSession) -> Iterator[None]:
+    """Delta's autoMerge for one statement. delta-spark 4.0 ignores MERGE's WITH SCHEMA
+    EVOLUTION clause and evolves a schema only with this setting; Sail honours only the
+    clause (docs/architecture.md, rule 3): the statement carries both."""
+    before = spark.conf.get(AUTO_MERGE, None)
+    spark.conf.set(AUTO_MERGE, "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(AUTO_MERGE)
+        else:
+            spark.conf.set(AUTO_MERGE, before)
 

@@ -1,6 +1,6 @@
 """The little table maintenance silver needs, behind one adapter per place it runs.
 
-Sail has no Delta maintenance SQL and an in-memory catalog (DESIGN.md portability rules
+Sail has no Delta maintenance SQL and an in-memory catalog (docs/architecture.md portability rules
 1 and 8), so on the local and spark engines delta-rs answers "is there a Delta table at
 this path" and silver tables (Delta paths) are registered in the session catalog at the
 start of every run; on Databricks Spark answers, and silver tables need no registering:

@@ -1,6 +1,6 @@
 """The MERGE statements that apply one batch of events to a silver table and its tombstones.
 
-Plain Spark SQL, the same on Sail and Databricks (DESIGN.md portability rules): a row
+Plain Spark SQL, the same on Sail and Databricks (docs/architecture.md portability rules): a row
 changes only for an event at a higher position, so replays and re-runs are no-ops.
 
     silver (live rows only)                   tombstones (sidecar, same key)
@@ -119,7 +119,8 @@ def floor_merge_sql(target: str, source: str, floor: Position) -> str:
 
 def add_columns_merge_sql(target: str, source: str) -> str:
     """Add the columns of `source` (an empty relation of the table's new schema) that the
-    target lacks: Sail evolves schemas only through MERGE (DESIGN.md, rule 3)."""
+    target lacks: Sail evolves schemas only through MERGE WITH SCHEMA EVOLUTION;
+    delta-spark needs Delta's autoMerge set while it runs (docs/architecture.md, rule 3)."""
     return (f"MERGE WITH SCHEMA EVOLUTION INTO {target} t USING {source} s ON FALSE "
             "WHEN NOT MATCHED THEN INSERT *")
 

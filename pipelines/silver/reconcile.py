@@ -1,4 +1,4 @@
-"""Reconcile backfill chunks with the change stream (DBLog, DESIGN.md Silver).
+"""Reconcile backfill chunks with the change stream (DBLog, docs/architecture.md Silver).
 
 A chunk's rows were read by a SELECT somewhere between its low and high watermark, so
 for a key changed in that window the row may be older or newer than the change: it is

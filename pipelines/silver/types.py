@@ -3,13 +3,13 @@
 Bronze keeps every value as Postgres renders it (source/text_format.py pins the format);
 silver types them here with plain DataFrame expressions, identical on classic PySpark
 and Sail. Typing never raises: a value that cannot be typed becomes null. Because a
-null must never hide a bad value (DESIGN.md portability rule 4), validate before writing:
+null must never hide a bad value (docs/architecture.md portability rule 4), validate before writing:
 
     check_typed(df, shape)                        # one aggregate action; raises DataError
     typed = typed_columns(df, shape.columns, table=shape.qualified_name)   # lazy
 
 or both at once: `typed = typed_table(df, shape)`. The check reads `df` once more than
-the write does (no cache: DESIGN.md rule 7) and recomputes the typing inside one
+the write does (no cache: docs/architecture.md rule 7) and recomputes the typing inside one
 aggregate. `cast_failures` returns the failures instead of raising; `typed_value` types
 one text Column (e.g. an element of bronze `values`). A job that materializes the typed
 rows anyway types once: `with_failed_texts` keeps each value that fails beside them, and

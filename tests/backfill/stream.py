@@ -1,4 +1,4 @@
-"""Test oracle: the change stream read straight from the slot, and DESIGN.md's reconcile.
+"""Test oracle: the change stream read straight from the slot, and docs/architecture.md's reconcile.
 
 Independent of the ingest: changes come from pg_logical_slot_peek_binary_changes and the
 pure decoder. Positions are (commit_lsn of the Commit, index of the change inside its

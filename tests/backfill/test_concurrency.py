@@ -2,7 +2,7 @@
 
 While the backfill reads, a workload inserts, updates (also primary keys, and rows whose
 TOASTed body it leaves alone) and deletes rows around the chunk being read. Afterwards
-DESIGN.md's reconcile, written out in tests/backfill/stream.py, applied to bronze's
+docs/architecture.md's reconcile, written out in tests/backfill/stream.py, applied to bronze's
 snapshot rows and the slot's changes must give `SELECT * FROM docs` exactly.
 """
 

@@ -1,5 +1,5 @@
-"""run_gold and `lakehouse gold` on real Delta tables under tmp_path (Sail only: the
-classic PySpark here has no Delta jars)."""
+"""run_gold and `lakehouse gold` on real Delta tables under tmp_path, on Sail and on
+classic Spark with delta-spark."""
 
 import pytest
 from chispa import assert_df_equality
@@ -11,12 +11,7 @@ from pipelines.gold.reports import REPORT_NAMES, REPORTS
 from pipelines.gold.run import run_gold
 from pipelines.lake import LakeLayout
 
-
-@pytest.fixture
-def sail(spark, engine):
-    if engine != "sail":  # classic and Connect sessions cannot share a process
-        pytest.fail("run this module with --engine sail (the default)")
-    return spark
+pytestmark = pytest.mark.spark
 
 
 def write_silver(make_silver_frame, layout: LakeLayout, tables) -> None:
@@ -31,28 +26,28 @@ def gold_rows(spark, layout: LakeLayout) -> dict:
 
 
 def test_run_gold_writes_every_report_and_a_rerun_is_identical(
-        sail, make_silver_frame, silver_rows, expected_reports, tmp_path):
+        spark, make_silver_frame, silver_rows, expected_reports, tmp_path):
     layout = LakeLayout(tmp_path / "lake")
     write_silver(make_silver_frame, layout, silver_rows)
 
-    first = run_gold(sail, layout)
+    first = run_gold(spark, layout)
     assert first.rows == {name: len(rows) for name, rows in expected_reports.items()}
     assert not first.skipped
     for name in REPORT_NAMES:
         spec = REPORTS[name]
-        gold = sail.read.format("delta").load(str(layout.gold(name)))
+        gold = spark.read.format("delta").load(str(layout.gold(name)))
         declared = ",".join(f"{column}:{type_}" for column, type_ in spec.columns)
         assert gold.schema.simpleString() == f"struct<{declared}>"
-        assert_df_equality(gold, sail.createDataFrame(expected_reports[name], spec.ddl),
+        assert_df_equality(gold, spark.createDataFrame(expected_reports[name], spec.ddl),
                            ignore_row_order=True, ignore_nullable=True)
-    before = gold_rows(sail, layout)
+    before = gold_rows(spark, layout)
 
-    second = run_gold(sail, layout)
+    second = run_gold(spark, layout)
     assert second.rows == first.rows
-    assert gold_rows(sail, layout) == before
+    assert gold_rows(spark, layout) == before
     assert {DeltaTable(str(layout.gold(n))).version() for n in REPORT_NAMES} == {1}
 
-    shown = format_gold_reports(sail, layout, ["hours_per_user_per_week"], limit=2)
+    shown = format_gold_reports(spark, layout, ["hours_per_user_per_week"], limit=2)
     assert shown.splitlines()[:4] == [
         "== hours_per_user_per_week: hours of finished time entries per user per ISO week (UTC)",
         "iso_year  iso_week  week_start  user_id  email            full_name  entries   hours",
@@ -62,13 +57,13 @@ def test_run_gold_writes_every_report_and_a_rerun_is_identical(
 
 
 def test_gold_verb_builds_what_it_can_and_names_missing_silver(
-        sail, make_silver_frame, expected_reports, tmp_path, monkeypatch, capsys):
+        spark, make_silver_frame, expected_reports, tmp_path, monkeypatch, capsys):
     layout = LakeLayout(tmp_path / "lake")
     write_silver(make_silver_frame, layout, ["time_entries", "users"])
     config = tmp_path / "lakehouse.yml"
     config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{layout.root}'}}\n")
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
-    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: sail)
+    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: spark)
 
     assert main(["--config", str(config), "gold"]) == 0  # a source without those tables
     lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())

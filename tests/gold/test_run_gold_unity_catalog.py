@@ -1,7 +1,7 @@
-"""`lakehouse gold` with engine databricks, run on Sail: silver views come from catalog
+"""`lakehouse gold` with engine databricks, run on Sail and classic Spark: silver views come from catalog
 tables `<catalog>`.`<silver_schema>`.`<table>`, reports are replaced with saveAsTable in
 `<catalog>`.`<gold_schema>`.`<report>` (the schema is created when missing). The same
-GoldIO runs on Databricks against Unity Catalog; Sail's catalog is called `sail`."""
+GoldIO runs on Databricks against Unity Catalog; here it runs on the session's own catalog."""
 
 from __future__ import annotations
 
@@ -18,26 +18,25 @@ from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import gold_io_for
 from pipelines.gold.reports import REPORT_NAMES, REPORTS
 
-
-@pytest.fixture
-def sail(spark, engine):
-    if engine != "sail":  # classic and Connect sessions cannot share a process
-        pytest.fail("run this module with --engine sail (the default)")
-    return spark
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def config_file(sail, tmp_path, monkeypatch):
-    """A databricks config whose catalog is Sail's own, with fresh schemas."""
+def config_file(spark, engine, tmp_path, monkeypatch):
+    """A databricks config whose catalog is the session's own, with fresh schemas. The
+    gold schema's name needs quoting on Sail (and in Unity Catalog); classic Spark's
+    session catalog refuses names other than letters, digits and _
+    (tests/test_delta_engines.py)."""
     suffix = uuid.uuid4().hex[:8]
+    gold = f"gold-{suffix}" if engine == "sail" else f"gold_{suffix}"
     path = tmp_path / "lakehouse.yml"
     path.write_text(yaml.safe_dump({
         "source": {"dsn": "host=nowhere"}, "lake": {"path": str(tmp_path / "lake")},
         "engine": "databricks",
-        "databricks": {"catalog": sail.catalog.currentCatalog(),
-                       "silver_schema": f"silver_{suffix}", "gold_schema": f"gold-{suffix}"}}))
+        "databricks": {"catalog": spark.catalog.currentCatalog(),
+                       "silver_schema": f"silver_{suffix}", "gold_schema": gold}}))
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
-    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: sail)
+    monkeypatch.setattr("pipelines.engine.get_spark", lambda config: spark)
     return path
 
 
@@ -48,44 +47,43 @@ def write_silver_tables(spark, make_silver_frame, names: TableNames, tables) -> 
         make_silver_frame(table).write.format("delta").saveAsTable(target.sql)
 
 
-def test_gold_verb_reads_and_writes_catalog_tables(sail, make_silver_frame, silver_rows,
+def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, silver_rows,
                                                    expected_reports, config_file, capsys):
     config = load_config(config_file, environ={})
     names = TableNames.from_config(config)
-    write_silver_tables(sail, make_silver_frame, names, silver_rows)
+    write_silver_tables(spark, make_silver_frame, names, silver_rows)
     gold_schema = qualified(names.gold("x").namespace)
-    assert not sail.catalog.databaseExists(gold_schema)
+    assert not spark.catalog.databaseExists(gold_schema)
 
     assert main(["--config", str(config_file), "gold"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[0] for line in lines] == list(REPORT_NAMES)
     for line, name in zip(lines, REPORT_NAMES):
-        assert line.endswith(f" -> {config.databricks.catalog}.`{config.databricks.gold_schema}`."
-                             f"{name}")
+        assert line.endswith(f" -> {names.gold(name)}")  # quoted where a part needs it
         spec = REPORTS[name]
-        gold = sail.table(names.gold(name).sql)
+        gold = spark.table(names.gold(name).sql)
         declared = ",".join(f"{column}:{type_}" for column, type_ in spec.columns)
         assert gold.schema.simpleString() == f"struct<{declared}>"
-        assert_df_equality(gold, sail.createDataFrame(expected_reports[name], spec.ddl),
+        assert_df_equality(gold, spark.createDataFrame(expected_reports[name], spec.ddl),
                            ignore_row_order=True, ignore_nullable=True)
     assert not (config.lake.path / "gold").exists()
 
-    before = {n: sorted(tuple(r) for r in sail.table(names.gold(n).sql).collect())
+    before = {n: sorted(tuple(r) for r in spark.table(names.gold(n).sql).collect())
               for n in REPORT_NAMES}
     assert main(["--config", str(config_file), "gold"]) == 0  # replaced, same rows
-    assert {n: sorted(tuple(r) for r in sail.table(names.gold(n).sql).collect())
+    assert {n: sorted(tuple(r) for r in spark.table(names.gold(n).sql).collect())
             for n in REPORT_NAMES} == before
-    shown = format_gold_reports(sail, None, ["active_users_per_day"], limit=1,
-                                io=gold_io_for(config, sail))
+    shown = format_gold_reports(spark, None, ["active_users_per_day"], limit=1,
+                                io=gold_io_for(config, spark))
     assert shown.splitlines()[1:4] == ["day         active_users", "----------  ------------",
                                        "2027-01-04             1"]
 
 
-def test_missing_catalog_silver_tables_are_named_and_skipped(sail, make_silver_frame,
+def test_missing_catalog_silver_tables_are_named_and_skipped(spark, make_silver_frame,
                                                              config_file, capsys):
     config = load_config(config_file, environ={})
     names = TableNames.from_config(config)
-    write_silver_tables(sail, make_silver_frame, names, ["time_entries", "users"])
+    write_silver_tables(spark, make_silver_frame, names, ["time_entries", "users"])
 
     assert main(["--config", str(config_file), "gold", "--report", "hours_per_project_per_day",
                  "active_users_per_day"]) == 2
@@ -95,4 +93,4 @@ def test_missing_catalog_silver_tables_are_named_and_skipped(sail, make_silver_f
         f"skipped, silver table(s) not found: {silver}.projects, {silver}.clients "
         "(run `lakehouse silver` first)")
     assert lines["active_users_per_day"].startswith("11 rows in ")
-    assert not sail.catalog.tableExists(names.gold("hours_per_project_per_day").sql)
+    assert not spark.catalog.tableExists(names.gold("hours_per_project_per_day").sql)

@@ -1,4 +1,4 @@
-"""Fixtures for the silver job tests: a lake under tmp_path and its config (Sail only)."""
+"""Fixtures for the silver job tests: a lake under tmp_path and its config."""
 
 from __future__ import annotations
 
@@ -8,15 +8,6 @@ import pytest
 from bronze_builder import BronzeLake, make_config
 
 from pipelines.config import Config
-
-
-@pytest.fixture
-def sail(spark, engine):
-    """The Sail session: these tests write Delta tables (classic PySpark here has no
-    Delta jars), so they run in the default `--engine sail` pass only."""
-    if engine != "sail":
-        pytest.fail("silver job tests write Delta: run them with --engine sail (the default)")
-    return spark
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ truncates, and a DBLog backfill whose chunks race with the changes, including a
 transaction that commits before a low watermark but is invisible to the chunk's
 snapshot. The bronze it lands is applied in one batch, in several small batches, in
 slices of a few rows (silver.max_batch_rows), and replayed from an earlier position;
-every result must equal the model's final table.
-Sail only (it writes Delta).
+every result must equal the model's final table, on Sail and on classic Spark.
 """
 
 from __future__ import annotations
@@ -23,6 +22,8 @@ from deltalake import DeltaTable
 
 from pipelines.silver.job import run_silver
 from pipelines.silver.progress import TableProgress, write_progress
+
+pytestmark = pytest.mark.spark
 
 T = Table()
 EPOCH = 1 << 32  # the snapshot's 64-bit xids are in epoch 1; bronze xids are 32-bit
@@ -163,21 +164,21 @@ def silver(spark, lake: BronzeLake) -> list[tuple]:
 # Seeds picked by mutation: without the snapshot-visibility rule, the TOAST supply from
 # dropped chunk rows, or the truncate that spoils a chunk, one of them fails.
 @pytest.mark.parametrize("seed", [12, 14])
-def test_any_batching_and_replay_converges_to_the_source(sail, tmp_path, seed):
+def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
     history, final = generate(seed)
     expected = [(k, *v) for k, v in sorted(final.items())]
 
     whole = BronzeLake(tmp_path / "whole")
     land(whole, history.landed)
-    assert not run_silver(make_config(whole.root), sail).failed
-    assert silver(sail, whole) == expected
+    assert not run_silver(make_config(whole.root), spark).failed
+    assert silver(spark, whole) == expected
 
     rng = random.Random(seed)
     sliced = BronzeLake(tmp_path / "sliced")
     land(sliced, history.landed)
     assert not run_silver(make_config(sliced.root, max_batch_rows=rng.randint(5, 10)),
-                          sail).failed
-    assert silver(sail, sliced) == expected
+                          spark).failed
+    assert silver(spark, sliced) == expected
     assert DeltaTable(str(sliced.layout.state("silver_progress"))).version() > 0  # sliced
 
     pieces = BronzeLake(tmp_path / "pieces")
@@ -187,17 +188,17 @@ def test_any_batching_and_replay_converges_to_the_source(sail, tmp_path, seed):
     for cut in cuts:
         land(pieces, history.landed[start:cut])
         start = cut
-        assert not run_silver(config, sail).failed
-    assert silver(sail, pieces) == expected
+        assert not run_silver(config, spark).failed
+    assert silver(spark, pieces) == expected
 
     # Replay everything after an earlier position (as after lost progress).
     changes = [r for kind, rows in history.landed if kind == "changes" for r in rows]
     back = rng.choice(changes)
     progress = pieces.layout.state("silver_progress")
-    write_progress(sail, progress, True,
+    write_progress(spark, progress, True,
                    {"public.items": TableProgress((back["commit_lsn"], back["change_index"]))},
                    None)
-    assert not run_silver(config, sail).failed
-    assert silver(sail, pieces) == expected
+    assert not run_silver(config, spark).failed
+    assert silver(spark, pieces) == expected
     assert DeltaTable(str(progress)).version() > 0
     shutil.rmtree(tmp_path, ignore_errors=True)

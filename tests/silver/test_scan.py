@@ -1,22 +1,26 @@
-"""scan_bronze: the per-table summary silver plans each table's batch from (Sail only)."""
+"""scan_bronze: the per-table summary silver plans each table's batch from."""
 
 from __future__ import annotations
+
+import pytest
 
 from bronze_builder import Table, spark_frame
 
 from pipelines.silver.scan import scan_bronze
+
+pytestmark = pytest.mark.spark
 
 ITEMS = Table()
 MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
                 ("project", "member"))
 
 
-def scan(sail, rows, after=(0, 0)):
-    return scan_bronze(spark_frame(sail, rows), {}, after, None, lambda: [])
+def scan(spark, rows, after=(0, 0)):
+    return scan_bronze(spark_frame(spark, rows), {}, after, None, lambda: [])
 
 
-def test_summary_counts_positions_key_moves_and_unchanged_columns(sail):
-    result = scan(sail, [
+def test_summary_counts_positions_key_moves_and_unchanged_columns(spark):
+    result = scan(spark, [
         ITEMS.insert(10, 0, id=1, name="a", doc="D1"),
         ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
         ITEMS.update(12, 0, id=5, name="a3", doc="x", old_key={"id": 1}),
@@ -32,8 +36,8 @@ def test_summary_counts_positions_key_moves_and_unchanged_columns(sail):
     assert members.unchanged == frozenset()  # its batch skips the TOAST fill
 
 
-def test_only_new_rows_count(sail):
-    result = scan(sail, [ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
+def test_only_new_rows_count(spark):
+    result = scan(spark, [ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
                          ITEMS.update(12, 0, id=1, name="a3")], after=(11, 0))
     assert result.tables["public.items"].unchanged == frozenset()
     assert result.tables["public.items"].updates == 1

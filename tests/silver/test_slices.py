@@ -11,6 +11,8 @@ from deltalake import DeltaTable
 from pipelines.silver.job import run_silver
 from pipelines.silver.slicing import LAST_INDEX, bucket_width, first_slice_end, slice_end
 
+pytestmark = pytest.mark.spark
+
 ITEMS = Table()
 MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
                 ("project", "member"))
@@ -39,21 +41,21 @@ def test_a_first_bucket_larger_than_the_limit_is_a_crowded_slice_of_its_own():
     assert slice_end(100, 10, {3: 50, 7: 1}, [], limit=8) == ((139, LAST_INDEX), True)
 
 
-def test_a_dense_burst_is_cut_by_counting_its_bucket_again(sail):
+def test_a_dense_burst_is_cut_by_counting_its_bucket_again(spark):
     """Rows at LSNs 1..10,000,000 but 40 of them in a burst at 5,000,000-5,000,039: the
     first count puts the burst in one bucket of ~9,766 LSNs; finer counts cut it."""
     from bronze_builder import spark_frame
 
     rows = [ITEMS.insert(lsn, 0, id=lsn, name="x") for lsn in (1, 10_000_000)]
     rows += [ITEMS.insert(5_000_000 + i, 0, id=i + 2, name="x") for i in range(40)]
-    frame = spark_frame(sail, rows)
+    frame = spark_frame(spark, rows)
     # 1,024 buckets of 9,766 LSNs: the first holds one row, the burst's is over the limit
     assert first_slice_end(frame, 1, 10_000_000, [], limit=10) == (9_766, LAST_INDEX)
     # from the burst on: its bucket alone is over, so it is counted in buckets of 5 LSNs
     rest = frame.filter("commit_lsn > 1")
     assert first_slice_end(rest, 5_000_000, 10_000_000, [], limit=10) == (5_000_009, LAST_INDEX)
     single = [ITEMS.insert(7, i, id=i, name="x") for i in range(30)]  # one transaction
-    assert first_slice_end(spark_frame(sail, single), 7, 7, [], limit=10) == (7, LAST_INDEX)
+    assert first_slice_end(spark_frame(spark, single), 7, 7, [], limit=10) == (7, LAST_INDEX)
 
 
 def test_bucket_width_spreads_the_lsns_over_at_most_1024_buckets():
@@ -89,16 +91,16 @@ def silver(spark, root, table):
     return sorted(tuple(r) for r in df.collect())
 
 
-def test_a_backlog_is_applied_in_slices_with_the_same_tables_and_report(sail, tmp_path, caplog):
+def test_a_backlog_is_applied_in_slices_with_the_same_tables_and_report(spark, tmp_path, caplog):
     whole_lake, sliced_lake = BronzeLake(tmp_path / "whole"), BronzeLake(tmp_path / "sliced")
     for lake in (whole_lake, sliced_lake):
         backlog(lake)
-    whole = run_silver(make_config(whole_lake.root), sail)
+    whole = run_silver(make_config(whole_lake.root), spark)
     assert DeltaTable(str(whole_lake.root / "_state/silver_progress")).version() == 0
     with caplog.at_level(logging.INFO, logger="pipelines.silver.job"):
-        sliced = run_silver(make_config(sliced_lake.root, max_batch_rows=5), sail)
+        sliced = run_silver(make_config(sliced_lake.root, max_batch_rows=5), spark)
     for table in ("items", "members"):
-        assert silver(sail, sliced_lake.root, table) == silver(sail, whole_lake.root, table)
+        assert silver(spark, sliced_lake.root, table) == silver(spark, whole_lake.root, table)
     assert sliced.upto == whole.upto == (51, 0)
     assert sliced.tables == whole.tables  # counts summed over the slices
     slices = DeltaTable(str(sliced_lake.root / "_state/silver_progress")).version() + 1
@@ -106,24 +108,24 @@ def test_a_backlog_is_applied_in_slices_with_the_same_tables_and_report(sail, tm
     assert sum("applying a slice" in r.getMessage() for r in caplog.records) == slices - 1
 
 
-def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(sail, lake):
+def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(spark, lake):
     lake.append_changes(
         [MEMBERS.insert(10, 0, project="p1", member=1, role="x")]  # cannot be typed
         + [ITEMS.insert(10 + n, 0, id=n, name=f"n{n}") for n in range(1, 9)])
-    report = run_silver(make_config(lake.root, max_batch_rows=3), sail)
+    report = run_silver(make_config(lake.root, max_batch_rows=3), spark)
     assert [t.table for t in report.failed] == ["public.members"]
     assert "cannot be typed as int" in report.failed[0].error
-    assert [r[0] for r in silver(sail, lake.root, "items")] == list(range(1, 9))
+    assert [r[0] for r in silver(spark, lake.root, "items")] == list(range(1, 9))
     assert not (lake.root / "silver/public/members").exists()
     # slice 1: the bad row and 2 items; then 3 + 3 items: the stopped table counts no more
     assert DeltaTable(str(lake.root / "_state/silver_progress")).version() + 1 == 3
 
 
 @pytest.mark.parametrize("limit", [1, 3])
-def test_a_replay_in_slices_changes_nothing(sail, lake, limit):
+def test_a_replay_in_slices_changes_nothing(spark, lake, limit):
     backlog(lake)
-    run_silver(make_config(lake.root), sail)
-    expected = silver(sail, lake.root, "items")
+    run_silver(make_config(lake.root), spark)
+    expected = silver(spark, lake.root, "items")
     DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
-    run_silver(make_config(lake.root, max_batch_rows=limit), sail)
-    assert silver(sail, lake.root, "items") == expected
+    run_silver(make_config(lake.root, max_batch_rows=limit), spark)
+    assert silver(spark, lake.root, "items") == expected

@@ -1,0 +1,78 @@
+"""Silver, gold and verify on a real Spark standalone cluster: a master and two workers in
+their own JVMs on loopback, with `spark.master` pointing at it. The executors run in the
+workers' own directories, so nothing may depend on state that only the driver has.
+
+The cluster runs beside whichever engine this pytest process uses: every Spark verb is a
+`lakehouse` process of its own (engine spark), as a job on a cluster would be.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+import yaml
+
+from pipelines.demo.run import DEMO_TABLES
+from pipelines.demo.seed import create_schema, seed
+from pipelines.gold.reports import REPORT_NAMES
+from pipelines.lake import LakeLayout, read_delta
+from tests.standalone import StandaloneCluster
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cluster = StandaloneCluster(tmp_path / "cluster")
+    cluster.base.mkdir()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def lakehouse(config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
+                             *args], capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
+    return result
+
+
+def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster):
+    with psycopg.connect(source_dsn) as conn:
+        create_schema(conn)
+        seed(conn, 300)
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(yaml.safe_dump({
+        "source": {"dsn": source_dsn, "tables": DEMO_TABLES},
+        "lake": {"path": str(tmp_path / "lake")},
+        "engine": "spark",
+        "spark": {"master": cluster.url, "conf": {  # generated code on: the engine's default
+            "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
+            "spark.executor.cores": "1", "spark.cores.max": "2"}}}))
+    lakehouse(config, "setup")
+    lakehouse(config, "backfill")
+    with psycopg.connect(source_dsn) as conn:  # changes after the snapshot, for the stream
+        conn.execute("UPDATE time_entries SET description = 'changed' WHERE id IN "
+                     "(SELECT id FROM time_entries ORDER BY id LIMIT 20)")
+        conn.execute("DELETE FROM project_members WHERE user_id = 1")
+    lakehouse(config, "ingest", "--until-idle", "2")
+
+    lakehouse(config, "silver")
+    lakehouse(config, "gold")
+    verified = lakehouse(config, "verify")
+
+    for table in DEMO_TABLES:
+        assert f"{table}: equal" in verified.stdout
+    layout = LakeLayout(tmp_path / "lake")
+    for report in REPORT_NAMES:
+        assert read_delta(layout.gold(report)).num_rows > 0, report
+    # Both workers' executors ran tasks of these jobs, in their own work directories.
+    for n in range(cluster.workers):
+        logs = "".join(cluster.executor_logs(n))
+        assert "Running task" in logs, f"worker {n} ran no task:\n{cluster.log(f'worker-{n}')}"
