@@ -1,4 +1,5 @@
-"""Lake layout: every Delta table's path derives from the lake root (docs/architecture.md, Interfaces)."""
+"""Lake layout: every Delta table's path derives from the lake root
+(docs/architecture.md, Interfaces)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Gold: report aggregates as Spark SQL over silver, materialized as Delta (docs/architecture.md, Gold).
+"""Gold: report aggregates as Spark SQL over silver, materialized as Delta
+(docs/architecture.md, Gold).
 
 - `reports`: the report catalogue (SQL file, declared schema, silver tables it reads);
 - `sql/*.sql`: one query per report, over plain view names (`users`, `time_entries`, ...);

@@ -1,10 +1,10 @@
 """Cast a report to its declared schema, and prove the cast lost nothing.
 
 What a cast of a value that does not fit does depends on the engine: classic Spark (ANSI)
-raises its own error class, Sail may turn the value into NULL (docs/architecture.md, Portability rule
-4; its 0.7.2 raised for the numeric casts measured). So every report is checked with
-`try_cast`, NULL on both engines, and a misfit becomes one DataError naming the column
-before anything is written.
+raises its own error class, Sail may turn the value into NULL (docs/architecture.md,
+Portability rule 4; its 0.7.2 raised for the numeric casts measured). So every report is
+checked with `try_cast`, NULL on both engines, and a misfit becomes one DataError naming
+the column before anything is written.
 """
 
 from __future__ import annotations

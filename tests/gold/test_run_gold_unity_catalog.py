@@ -1,7 +1,8 @@
-"""`lakehouse gold` with engine databricks, run on Sail and classic Spark: silver views come from catalog
-tables `<catalog>`.`<silver_schema>`.`<table>`, reports are replaced with saveAsTable in
-`<catalog>`.`<gold_schema>`.`<report>` (the schema is created when missing). The same
-GoldIO runs on Databricks against Unity Catalog; here it runs on the session's own catalog."""
+"""`lakehouse gold` with engine databricks, run on Sail and classic Spark: silver views
+come from catalog tables `<catalog>`.`<silver_schema>`.`<table>`, reports are replaced
+with saveAsTable in `<catalog>`.`<gold_schema>`.`<report>` (the schema is created when
+missing). The same GoldIO runs on Databricks against Unity Catalog; here it runs on the
+session's own catalog."""
 
 from __future__ import annotations
 
