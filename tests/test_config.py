@@ -90,3 +90,17 @@ def test_overrides_apply_before_validation(tmp_path):
 def test_object_store_lake_paths_are_refused_not_mangled(tmp_path, url):
     with pytest.raises(ConfigError, match=f"lake.path: got '{url}'"):
         load_config(write(tmp_path, GOOD.replace("./lake", url)), environ={})
+
+
+def test_spark_conf_passes_any_property_spelled_as_spark_spells_it(tmp_path):
+    text = GOOD + ("spark:\n  master: spark://10.0.0.5:7077\n  conf:\n"
+                   "    spark.executor.memory: 8g\n    spark.cores.max: 16\n"
+                   "    spark.sql.adaptive.enabled: true\n")
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.spark.master == "spark://10.0.0.5:7077"
+    assert config.spark.conf == {"spark.executor.memory": "8g", "spark.cores.max": "16",
+                                 "spark.sql.adaptive.enabled": "true"}
+    with pytest.raises(ConfigError, match="spark.conf: got .*expected a mapping of Spark"):
+        load_config(write(tmp_path, GOOD + "spark: {conf: [spark.x]}\n"), environ={})
+    with pytest.raises(ConfigError, match="spark.conf: got .*expected a mapping of Spark"):
+        load_config(write(tmp_path, GOOD + "spark: {conf: {spark.x: [1]}}\n"), environ={})
