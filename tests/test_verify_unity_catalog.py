@@ -1,5 +1,6 @@
-"""`verify` with engine databricks, run on Sail and classic Spark: it compares the source with the silver
-catalog tables `<catalog>`.`<silver_schema>`.`<table>` (here the session's own catalog)."""
+"""`verify` with engine databricks, run on Sail and classic Spark: it compares the source
+with the silver catalog tables `<catalog>`.`<silver_schema>`.`<table>` (here the
+session's own catalog)."""
 
 from __future__ import annotations
 

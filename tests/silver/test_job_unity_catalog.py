@@ -1,8 +1,9 @@
 """The silver job with engine databricks, run on Sail and on classic Spark: silver tables
 are catalog tables with three-part names (`<catalog>`.`<silver_schema>`.`<name>`),
 created, evolved, merged into and rebuilt through the same code as on Databricks;
-bronze, progress and tombstones stay at their lake paths. The catalog is the session's own (`sail` on Sail, `spark_catalog` on
-classic Spark); a workspace's would be Unity Catalog's."""
+bronze, progress and tombstones stay at their lake paths. The catalog is the session's
+own (`sail` on Sail, `spark_catalog` on classic Spark); a workspace's would be Unity
+Catalog's."""
 
 from __future__ import annotations
 

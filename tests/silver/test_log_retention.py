@@ -72,7 +72,7 @@ def test_engine_tables_are_trimmed_after_a_run_and_stay_readable(spark, tmp_path
     rows = spark.read.format("delta").load(str(silver)).select("id").orderBy("id").collect()
     assert [r.id for r in rows] == list(range(1, 13))
     lake.append_changes([items.update(30, 0, id=1, name="again")])
-    run_silver(config, spark)  # Sail still merges into the trimmed table
+    run_silver(config, spark)  # the engine still merges into the trimmed table
     assert spark.read.format("delta").load(str(silver)).where("id = 1").first().name == "again"
 
 
