@@ -126,13 +126,12 @@ def test_source_tables_sharing_a_catalog_table_stop_instead_of_mixing(spark, lak
     lake.append_changes([flat.insert(10, 0, id=1, v="flat"), nested.insert(10, 1, id=1, v="nested"),
                          other.insert(10, 2, id=1)])
     report = run_silver(unity, spark)
+    shared = f"{unity.databricks.catalog}.{unity.databricks.silver_schema}.sales_orders"
     assert {t.table: t.error for t in report.failed} == {
-        "public.sales_orders": f"its silver table {unity.databricks.catalog}.{unity.databricks.silver_schema}."
-                               "sales_orders would also hold sales.orders; leave all but one "
-                               "of them out of source.tables",
-        "sales.orders": f"its silver table {unity.databricks.catalog}.{unity.databricks.silver_schema}.sales_orders "
-                        "would also hold public.sales_orders; leave all but one of them out "
-                        "of source.tables"}
+        "public.sales_orders": f"its silver table {shared} would also hold sales.orders; "
+                               "leave all but one of them out of source.tables",
+        "sales.orders": f"its silver table {shared} would also hold public.sales_orders; "
+                        "leave all but one of them out of source.tables"}
     names = TableNames.from_config(unity)
     assert not spark.catalog.tableExists(names.silver("public", "sales_orders").sql)
     assert table_rows(spark, names.silver("public", "other").sql, "id") == [(1,)]
