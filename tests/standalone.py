@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.find_spark_home import _find_spark_home
+import pyspark
 
 from pipelines.embedded_pg import free_port
 
@@ -65,7 +65,7 @@ class StandaloneCluster:
         return [p.read_text(errors="replace") for p in self.worker_dir(n).glob("app-*/*/stderr")]
 
     def _launch(self, name: str, main_class: str, *args: str) -> None:
-        home = _find_spark_home()
+        home = os.path.dirname(pyspark.__file__)  # a pip-installed PySpark is its SPARK_HOME
         env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_NO_DAEMONIZE": "1"}
         with (self.base / f"{name}.log").open("w") as out:
