@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install java spark-jars demo test bench clean
+.PHONY: install java spark-jars object-stores demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ $(VENV)/.spark-jars: $(VENV)/.installed | java
 
 spark-jars: $(VENV)/.spark-jars
 
+# The object-store servers the suite starts: MinIO (S3) and Azurite (Azure Blob).
+$(VENV)/.object-stores: scripts/install-object-stores.sh | $(VENV)/.installed
+	scripts/install-object-stores.sh $(VENV)
+	touch $@
+
+object-stores: $(VENV)/.object-stores
+
 demo: install
 	$(BIN)/lakehouse demo
 
@@ -33,7 +40,7 @@ demo: install
 # with Delta Lake: the two engines cannot share one Python process (docs/architecture.md,
 # rule 10). Classic Spark spends most of a tiny test's time waiting on its driver, so its
 # pass runs in two processes.
-test: install spark-jars
+test: install spark-jars object-stores
 	$(PYTEST) --engine sail
 	$(PYTEST) --engine spark -m spark -n 2
 

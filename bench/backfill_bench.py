@@ -29,7 +29,7 @@ from bench.common import Run, embedded_server, lakehouse, table, timed, write_co
 from pipelines.backfill.state import StateStore
 from pipelines.config import SourceConfig
 from pipelines.embedded_pg import bin_dir
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
 
@@ -119,7 +119,7 @@ def backfill(dsn: str, work: Path, number: int, chunk_size: int, rows: int) -> t
     config = write_config(work / f"lakehouse-{number}.yml", dsn, lake)
     child = lakehouse(config, "backfill", "--chunk-size", str(chunk_size), "--restart",
                       stdout=subprocess.DEVNULL)
-    [state] = StateStore(LakeLayout(lake).state("backfills")).all()
+    [state] = StateStore(Lake.of(lake).backfills).all()
     assert state.rows_done == rows, state
     return (state.finished_at - state.started_at).total_seconds(), child
 

@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from pipelines.errors import ConfigError
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake, TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
     from pipelines.config import Config
 
-TOMBSTONES = "silver_tombstones"
 SOURCE_DEFAULT_SCHEMA = "public"  # its tables keep their own name in a catalog
 _SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _REFUSED_BY_UNITY = re.compile(r"[./ \x00-\x1f\x7f]")  # not allowed even in backticks
@@ -47,8 +45,9 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def delta_path(path: Path | str) -> str:
-    """A Delta table by path in Spark SQL: delta.`/lake/silver/public/users`."""
+def delta_path(path: TableLocation | str) -> str:
+    """A Delta table by path in Spark SQL: delta.`/lake/silver/public/users`,
+    delta.`s3://bucket/lake/silver/public/users`."""
     return "delta." + quote(str(path))
 
 
@@ -86,7 +85,7 @@ def check_unity_name(value: str, key: str) -> str:
 class TableRef:
     """One Delta table, addressed by its path or by its catalog name (never both)."""
 
-    path: Path | None = None
+    path: TableLocation | None = None
     parts: tuple[str, ...] = ()  # catalog, schema, table
 
     def __post_init__(self) -> None:
@@ -126,38 +125,38 @@ class CatalogSchemas:
 class TableNames:
     """Every table's TableRef: by path under the lake, or silver and gold in `schemas`."""
 
-    layout: LakeLayout
+    lake: Lake
     schemas: CatalogSchemas | None = None
 
     @classmethod
     def from_config(cls, config: "Config") -> "TableNames":
         """Paths for the local engines; Unity Catalog (config.databricks) for databricks."""
-        layout = LakeLayout(config.lake.path)
+        lake = Lake.from_config(config)
         if config.engine != "databricks":
-            return cls(layout)
+            return cls(lake)
         db = config.databricks
         try:
             for key in ("catalog", "silver_schema", "gold_schema"):
                 check_unity_name(getattr(db, key), f"databricks.{key}")
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        return cls(layout, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema))
+        return cls(lake, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema))
 
     def silver(self, schema: str, table: str) -> TableRef:
         """The silver table of the source table schema.table."""
         if self.schemas is None:
-            return TableRef(path=self.layout.silver(schema, table))
+            return TableRef(path=self.lake.silver(schema, table))
         name = unity_table_name(silver_table_name(schema, table))
         return TableRef(parts=(self.schemas.catalog, self.schemas.silver, name))
 
     def tombstones(self, schema: str, table: str) -> TableRef:
         """The silver table's tombstones: pipeline state under the lake on every engine."""
-        return TableRef(path=self.layout.state(TOMBSTONES) / schema / table)
+        return TableRef(path=self.lake.tombstones(schema, table))
 
     def gold(self, report: str) -> TableRef:
         """The gold table of a report."""
         if self.schemas is None:
-            return TableRef(path=self.layout.gold(report))
+            return TableRef(path=self.lake.gold(report))
         return TableRef(parts=(self.schemas.catalog, self.schemas.gold, report))
 
     def silver_clashes(self, tables: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -183,24 +182,23 @@ def create_schema_sql(table: TableRef) -> str:
 def read_table(spark: "SparkSession", table: TableRef) -> "DataFrame":
     """The table's current version as a DataFrame."""
     if table.path is not None:
-        return spark.read.format("delta").load(str(table.path))
+        return spark.read.format("delta").load(table.path.uri)
     return spark.table(table.sql)
 
 
 def save_table(writer: "DataFrameWriter", table: TableRef) -> None:
     """Run a configured Delta writer (mode, options) into the table: save or saveAsTable."""
     if table.path is not None:
-        writer.save(str(table.path))
+        writer.save(table.path.uri)
     else:
         writer.saveAsTable(table.sql)
 
 
-def table_exists(spark: "SparkSession", table: TableRef,
-                 path_exists: Callable[[Path], bool]) -> bool:
-    """Whether the table exists: `path_exists` answers for a path (the engine's own check),
-    the session catalog for a name."""
+def table_exists(spark: "SparkSession", table: TableRef) -> bool:
+    """Whether the table exists: the lake answers for a path (pipelines.lake), the
+    session catalog for a name."""
     if table.path is not None:
-        return path_exists(table.path)
+        return table.path.exists()
     return spark.catalog.tableExists(table.sql)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from pipelines import storage
 from pipelines.errors import ConfigError
 
 CONFIG_ENV = "LAKEHOUSE_CONFIG"
@@ -37,9 +38,11 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class LakeConfig:
-    """Where the Delta tables live; every layer's path derives from it."""
+    """Where the Delta tables live (an absolute path or a store URL); every table's
+    location derives from it (pipelines.lake)."""
 
-    path: Path = Path("lake")
+    path: str = "lake"
+    storage_options: Mapping[str, str] = field(default_factory=dict)  # delta-rs names
 
 
 @dataclass(frozen=True)
@@ -161,17 +164,10 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
     _check_name(source_cfg.publication, "source.publication")
     source_cfg = _with_tables(source_cfg)
 
-    lake = _section(LakeConfig, _mapping(top.get("lake", {}), "lake"), "lake")
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", str(lake.path)):  # s3://, abfss://, dbfs:/
-        raise ConfigError(f"lake.path: got {lake.path!r}, expected a file system path (a "
-                          "local directory, or a Unity Catalog volume such as "
-                          "/Volumes/catalog/schema/lake); object store URLs are not supported")
-    lake_path = Path(lake.path).expanduser()
-    lake = LakeConfig(path=lake_path if lake_path.is_absolute() else (base_dir / lake_path).resolve())
-
     engine = top.get("engine", "local")
     if engine not in ENGINES:
         raise ConfigError(f"engine: got {engine!r}, expected one of {', '.join(ENGINES)}")
+    lake = _lake(_mapping(top.get("lake", {}), "lake"), base_dir, engine)
     return Config(
         source=source_cfg,
         lake=lake,
@@ -183,6 +179,34 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
         databricks=_section(DatabricksConfig, _mapping(top.get("databricks", {}), "databricks"),
                             "databricks"),
     )
+
+
+def _lake(values: Mapping[str, Any], base_dir: Path, engine: str) -> LakeConfig:
+    """A store URL as given; a file system path made absolute against `base_dir`."""
+    lake = _section(LakeConfig, values, "lake")
+    path = lake.path.rstrip("/") if storage.store_kind(lake.path) else lake.path
+    storage.check_lake_url(path)
+    if engine == "spark":
+        storage.check_spark_url(path)
+    if not storage.store_kind(path):
+        local = Path(path).expanduser()
+        path = str(local if local.is_absolute() else (base_dir / local).resolve())
+    return LakeConfig(path, storage.check_storage_options(lake.storage_options))
+
+
+def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:
+    """The run's scope as schema.table names (None: every table bronze holds)."""
+    wanted = None if not tables else [t if "." in t else f"public.{t}" for t in tables]
+    if config.source.tables == ALL_TABLES:
+        return wanted
+    configured = list(config.source.tables)
+    if wanted is None:
+        return configured
+    unknown = sorted(set(wanted) - set(configured))
+    if unknown:
+        raise ConfigError(f"--table {', '.join(unknown)}: not in source.tables "
+                          f"({', '.join(configured)})")
+    return wanted
 
 
 def _mapping(value: Any, key: str) -> Mapping[str, Any]:
@@ -221,6 +245,9 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
             expected = "a list of jar paths"
             value = tuple(value) if ok else value
+        elif f.name == "storage_options":
+            ok = isinstance(value, Mapping)
+            expected = "a mapping of delta-rs storage option names to values"
         elif f.name == "conf":
             ok = isinstance(value, Mapping) and all(
                 isinstance(k, str) and k and isinstance(v, (str, int, float, bool))

@@ -21,7 +21,7 @@ from pipelines.config import Config
 from pipelines.errors import LakehouseError
 from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 from pipelines.passes import FailedPasses
 from pipelines.silver.job import run_silver
 
@@ -58,7 +58,6 @@ class IngestProcess:
 
 def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.Event) -> int:
     """Silver and gold in a loop beside the ingest until `stop`; returns an exit code."""
-    layout = LakeLayout(config.lake.path)
     failures = FailedPasses("silver and gold pass")
     try:
         while not stop.is_set():
@@ -66,22 +65,22 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
                 code = ingest.process.returncode
                 log.error("the ingest exited with %s; stopping", code)
                 return code or 1
-            failures.run(lambda: apply_once(config, spark, layout))
+            failures.run(lambda: apply_once(config, spark))
             stop.wait(config.silver.interval_seconds)
     finally:
         code = ingest.stop()
         log.info("ingest stopped (exit %s); applying what it landed", code)
-        apply_once(config, spark, layout)
+        apply_once(config, spark)
     return 0
 
 
-def apply_once(config: Config, spark, layout: LakeLayout) -> None:
+def apply_once(config: Config, spark) -> None:
     silver = run_silver(config, spark)
     changed = [t for t in silver.tables if t.error is None]
     for failed in silver.failed:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
-        gold = run_gold(spark, layout, io=gold_io_for(config, spark))
+        gold = run_gold(spark, Lake.from_config(config), io=gold_io_for(config, spark))
         log.info("silver applied %d table(s) in %.1f s; gold %d report(s) in %.1f s",
                  len(changed), silver.seconds, len(gold.written), gold.seconds)
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from pipelines import storage
 from pipelines.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -28,29 +29,38 @@ SHUFFLE_PARTITIONS = "4"
 
 
 def get_spark(config: "Config") -> "SparkSession":
-    """The session for `config.engine`; the warehouse dir is the lake's absolute path."""
-    warehouse = (config.lake.path / "_warehouse").resolve()
+    """The session for `config.engine`, set up to reach the lake wherever it lives
+    (pipelines.storage); on a local lake its warehouse dir is <lake>/_warehouse."""
+    from pipelines.lake import Lake
+
+    lake = Lake.from_config(config)
+    warehouse = lake.uri("_warehouse") if lake.is_local else None
+    options = dict(lake.options)
     if config.engine == "local":
+        os.environ.update(storage.sail_environment(lake.store, options))
         return start_local_session(warehouse)
     if config.engine == "spark":
-        return start_classic_session(warehouse, config.spark.master, config.spark.jars,
-                                     config.spark.conf)
+        conf = {**storage.hadoop_conf(lake.store, options, os.environ), **config.spark.conf}
+        return start_classic_session(warehouse, config.spark.master, config.spark.jars, conf,
+                                     packages=storage.spark_packages(lake.store))
     if config.engine == "databricks":
         return databricks_session()
     raise ConfigError(f"engine: got {config.engine!r}, expected local, spark or databricks")
 
 
-def start_local_session(warehouse: Path) -> "SparkSession":
-    """Start Sail in-process on an ephemeral loopback port and connect to it."""
+def start_local_session(warehouse: str | Path | None = None) -> "SparkSession":
+    """Start Sail in-process on an ephemeral loopback port and connect to it. Sail reads
+    an object store's settings and credentials from this process's environment."""
     from pysail.spark import SparkConnectServer
     from pyspark.sql import SparkSession
 
     server = SparkConnectServer("127.0.0.1", 0)
     server.start(background=True)
     host, port = server.listening_address
-    spark = (SparkSession.builder.remote(f"sc://{host}:{port}")
-             .config("spark.sql.warehouse.dir", str(warehouse))
-             .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
+    builder = SparkSession.builder.remote(f"sc://{host}:{port}")
+    if warehouse is not None:
+        builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
+    spark = (builder.config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
 
@@ -78,15 +88,17 @@ CLASSIC_CONF = {
 CONNECT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
-def start_classic_session(warehouse: Path, master: str = "local[2]",
+def start_classic_session(warehouse: str | Path | None = None, master: str = "local[2]",
                           jars: tuple[str, ...] = (),
-                          conf: Mapping[str, str] | None = None) -> "SparkSession":
+                          conf: Mapping[str, str] | None = None,
+                          packages: list[str] | None = None) -> "SparkSession":
     """Classic PySpark with Delta Lake.
 
     Without `jars`, configure_spark_with_delta_pip asks Spark to fetch the delta-spark
-    release that matches the installed delta-spark package from Maven Central (Ivy keeps
-    it in its cache: only the first start downloads). Fails with a ConfigError saying what
-    to do when Delta's classes cannot be loaded.
+    release that matches the installed delta-spark package from Maven Central, with
+    `packages` (a store's Hadoop connector); Ivy keeps them in its cache: only the first
+    start downloads. With `jars`, nothing is fetched: they must include the connector.
+    Fails with a ConfigError saying what to do when Delta's classes cannot be loaded.
     """
     from pyspark.sql import SparkSession
 
@@ -96,8 +108,9 @@ def start_classic_session(warehouse: Path, master: str = "local[2]",
     # engine spark asks for the classic session.
     for variable in CONNECT_VARIABLES:
         os.environ.pop(variable, None)
-    builder = SparkSession.builder.master(master).appName("lakehouse") \
-        .config("spark.sql.warehouse.dir", str(warehouse))
+    builder = SparkSession.builder.master(master).appName("lakehouse")
+    if warehouse is not None:
+        builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
     for key, value in {**CLASSIC_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     try:
@@ -106,7 +119,8 @@ def start_classic_session(warehouse: Path, master: str = "local[2]",
         else:
             from delta import configure_spark_with_delta_pip
 
-            spark = configure_spark_with_delta_pip(builder).getOrCreate()
+            spark = configure_spark_with_delta_pip(
+                builder, extra_packages=packages or None).getOrCreate()
         # Spark's own class loader: jars fetched by spark.jars.packages are invisible to
         # py4j's Class.forName.
         spark._jvm.org.apache.spark.util.Utils.classForName(  # noqa: SLF001

@@ -1,18 +1,30 @@
-"""Lake layout: every Delta table's path derives from the lake root
-(docs/architecture.md, Interfaces)."""
+"""The lake's one home: where it lives (a local directory or an object store URL), where
+each Delta table lives in it, whether a table is there, and how delta-rs reaches it
+(docs/architecture.md, Interfaces; docs/storage.md).
+
+Every stage finds its tables through a `Lake`: bronze and the pipeline's state (delta-rs),
+silver and gold (Spark, by the same URI). How each engine is configured to reach the
+store is pipelines.storage's business; this module hands delta-rs its options and lists
+and deletes the odd file (log trimming, verify's scratch files) through obstore, which
+takes the same option names.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Mapping, Union
+
+from pipelines import storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable
+    from obstore.store import ObjectStore
 
 # How far back the Delta log of the tables the pipeline commits to is kept. On a local
 # file system every Delta read and commit lists the whole _delta_log directory (there is
@@ -25,31 +37,165 @@ if TYPE_CHECKING:
 # pipeline needs older versions (silver reads bronze by position).
 LOG_RETENTION = {"delta.logRetentionDuration": "interval 10 minutes"}
 TRIM_LOG_ENTRIES = 200  # trim_log works only on a log with more entries than this
+DELTA_LOG = "_delta_log"
 
 
 @dataclass(frozen=True)
-class LakeLayout:
-    """Paths of the bronze, silver, gold and pipeline-state tables under one root."""
+class Lake:
+    """The lake root (an absolute local path or a store URL such as s3://bucket/prefix)
+    and its non-secret storage options (delta-rs / object_store names)."""
 
-    root: Path
+    root: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, root: str | os.PathLike[str],
+           options: Mapping[str, str] | None = None) -> "Lake":
+        return cls(str(root).rstrip("/") or "/", tuple(sorted((options or {}).items())))
+
+    @classmethod
+    def from_config(cls, config) -> "Lake":
+        """The lake of a loaded Config (config.lake)."""
+        return cls.of(config.lake.path, config.lake.storage_options)
 
     @property
-    def bronze_changes(self) -> Path:
-        return self.root / "bronze" / "changes"
+    def store(self) -> str | None:
+        """"s3", "azure" or "gcs"; None for a local (or mounted) file system."""
+        return storage.store_kind(self.root)
 
     @property
-    def bronze_snapshots(self) -> Path:
-        return self.root / "bronze" / "snapshots"
+    def is_local(self) -> bool:
+        return self.store is None
 
-    def silver(self, schema: str, table: str) -> Path:
-        return self.root / "silver" / schema / table
+    def table(self, *parts: str) -> "TableLocation":
+        """The table at root/part/part/..."""
+        return TableLocation("/".join([self.root, *parts]), self.options)
 
-    def gold(self, report: str) -> Path:
-        return self.root / "gold" / report
+    @property
+    def bronze_changes(self) -> "TableLocation":
+        return self.table("bronze", "changes")
 
-    def state(self, name: str) -> Path:
-        """Pipeline bookkeeping tables (backfill cursors, silver progress)."""
-        return self.root / "_state" / name
+    @property
+    def bronze_snapshots(self) -> "TableLocation":
+        return self.table("bronze", "snapshots")
+
+    def silver(self, schema: str, table: str) -> "TableLocation":
+        return self.table("silver", schema, table)
+
+    def gold(self, report: str) -> "TableLocation":
+        return self.table("gold", report)
+
+    def state(self, *parts: str) -> "TableLocation":
+        """Pipeline bookkeeping (not for analysts): _state/..."""
+        return self.table("_state", *parts)
+
+    @property
+    def silver_progress(self) -> "TableLocation":
+        """Each silver table's applied bronze position."""
+        return self.state("silver_progress")
+
+    @property
+    def backfills(self) -> "TableLocation":
+        """Each backfill's cursor and status."""
+        return self.state("backfills")
+
+    def tombstones(self, schema: str, table: str) -> "TableLocation":
+        """The deleted keys of a silver table, with their positions."""
+        return self.state("silver_tombstones", schema, table)
+
+    def staging(self, schema: str, table: str) -> "TableLocation":
+        """A silver run's typed batch (Parquet, overwritten by the next run)."""
+        return self.state("silver_staging", schema, table)
+
+    def children(self, *parts: str) -> list[str]:
+        """Names of the directories (prefixes) right under root/part/..., sorted."""
+        import obstore
+
+        listing = obstore.list_with_delimiter(self._files, "/".join(parts) or None)
+        return sorted(name.rstrip("/").rsplit("/", 1)[-1] for name in listing["common_prefixes"])
+
+    def delta_tables(self, *parts: str) -> list[str]:
+        """Names of the Delta tables right under root/part/..., sorted."""
+        return [name for name in self.children(*parts) if self.table(*parts, name).exists()]
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write one file at root/path (verify's scratch files)."""
+        import obstore
+
+        obstore.put(self._files, path, data)
+
+    def delete_tree(self, prefix: str, modified_before: datetime | None = None) -> None:
+        """Delete every file under root/prefix (only those last written before
+        `modified_before`, if given); nothing there is fine."""
+        import obstore
+
+        paths = [meta["path"] for batch in obstore.list(self._files, prefix) for meta in batch
+                 if modified_before is None or meta["last_modified"] < modified_before]
+        if paths:
+            obstore.delete(self._files, paths)
+
+    def uri(self, path: str) -> str:
+        """root/path as the engines address it (Spark reads verify's scratch files)."""
+        return f"{self.root}/{path}"
+
+    @cached_property
+    def _files(self) -> "ObjectStore":
+        return storage.object_store(self.root, dict(self.options))
+
+    def __str__(self) -> str:
+        return self.root
+
+
+@dataclass(frozen=True)
+class TableLocation:
+    """One Delta table's place: its URI, and the lake's storage options delta-rs needs."""
+
+    uri: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def delta_options(self) -> dict[str, str] | None:
+        """The storage_options for delta-rs (None on a local disk: its defaults)."""
+        store = storage.store_kind(self.uri)
+        return storage.delta_rs_options(store, dict(self.options)) if store else None
+
+    @property
+    def name(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+    def child(self, *parts: str) -> "TableLocation":
+        return TableLocation("/".join([self.uri, *parts]), self.options)
+
+    def open(self) -> "DeltaTable":
+        """The table (delta-rs); TableNotFoundError when there is none."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, storage_options=self.delta_options)
+
+    def exists(self) -> bool:
+        """Whether a Delta table is here: the one test every stage uses (delta-rs reads
+        the log; no Spark action)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.uri, storage_options=self.delta_options)
+
+    def create(self, schema: "pa.Schema", **kwargs) -> "DeltaTable":
+        """Create the table unless it exists (DeltaTable.create, mode ignore)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable.create(self.uri, schema=schema, mode="ignore",
+                                 storage_options=self.delta_options, **kwargs)
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+Where = Union[TableLocation, str, os.PathLike]
+
+
+def location(where: Where) -> TableLocation:
+    """A table location, or a local path taken as one (tests, tools)."""
+    return where if isinstance(where, TableLocation) else TableLocation(str(where))
 
 
 def with_log_retention(table: "DeltaTable",
@@ -66,7 +212,7 @@ def with_log_retention(table: "DeltaTable",
     return table
 
 
-def trim_log(path: Path) -> bool:
+def trim_log(where: Where) -> bool:
     """Delete the expired log files of a table another engine commits to (Sail writes
     checkpoints but never deletes a log file), once its log has more than
     TRIM_LOG_ENTRIES entries; True if it did. Called by the table's writer after a run.
@@ -76,25 +222,34 @@ def trim_log(path: Path) -> bool:
     they describe nothing any more. Best effort: a failure is logged, the run goes on
     (the log is only longer than it should be).
     """
-    from deltalake import DeltaTable
-
-    log = path / "_delta_log"
+    table = location(where)
     try:
-        if len(os.listdir(log)) <= TRIM_LOG_ENTRIES:
+        files = storage.object_store(table.uri, dict(table.options))
+        names = _log_names(files)
+        if len(names) <= TRIM_LOG_ENTRIES:
             return False
-        with_log_retention(DeltaTable(str(path))).cleanup_metadata()
-        names = os.listdir(log)
+        with_log_retention(table.open()).cleanup_metadata()
+        names = _log_names(files)
         commits = [_version(name) for name in names if name.endswith(".json")]
         oldest = min((v for v in commits if v is not None), default=0)
-        for name in names:
-            version = _version(name)
-            if name.endswith(".crc") and version is not None and version < oldest:
-                (log / name).unlink(missing_ok=True)
+        expired = [f"{DELTA_LOG}/{name}" for name in names if name.endswith(".crc")
+                   and (version := _version(name)) is not None and version < oldest]
+        if expired:
+            import obstore
+
+            obstore.delete(files, expired)
         return True
     except Exception:  # noqa: BLE001 - trimming must never fail the run that committed
-        logging.getLogger(__name__).warning("could not trim the Delta log of %s", path,
+        logging.getLogger(__name__).warning("could not trim the Delta log of %s", table,
                                             exc_info=True)
         return False
+
+
+def _log_names(files: "ObjectStore") -> list[str]:
+    import obstore
+
+    return [meta["path"].rsplit("/", 1)[-1]
+            for batch in obstore.list(files, DELTA_LOG) for meta in batch]
 
 
 def _version(name: str) -> int | None:
@@ -104,25 +259,27 @@ def _version(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def read_delta(path: Path | str, columns: list[str] | None = None,
+def read_delta(where: Where, columns: list[str] | None = None,
                filter: "pc.Expression | None" = None) -> "pa.Table":
     """A Delta table (or some columns of it) as Arrow.
 
-    delta-rs lists the table's current files; plain pyarrow reads them. delta-rs's own
-    scans (to_pyarrow_table, and to_pyarrow_dataset whose files pyarrow reads through
-    delta-rs's filesystem) now and then abort the interpreter at exit with deltalake 1.6
-    ("terminate called without an active exception"): measured 1 in 60 runs, against
-    0 in 150 this way. Partitioned tables and tables with deletion vectors (neither of
-    which this project writes) still need delta-rs's scan.
+    delta-rs lists the table's current files; on a local disk plain pyarrow reads them.
+    delta-rs's own scans (to_pyarrow_table, and to_pyarrow_dataset whose files pyarrow
+    reads through delta-rs's filesystem) now and then abort the interpreter at exit with
+    deltalake 1.6 ("terminate called without an active exception"): measured 1 in 60
+    runs, against 0 in 150 this way. Tables on an object store, partitioned tables and
+    tables with deletion vectors (neither of which this project writes) need
+    delta-rs's scan.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
-    table = DeltaTable(str(path))
-    if table.metadata().partition_columns or "deletionVectors" in (
-            table.protocol().reader_features or []):
+    where = location(where)
+    table = where.open()
+    if storage.store_kind(where.uri) or table.metadata().partition_columns or \
+            "deletionVectors" in (table.protocol().reader_features or []):
         dataset = table.to_pyarrow_dataset()
     else:
         dataset = ds.dataset(table.file_uris(), format="parquet", schema=pa.schema(table.schema()))
     return dataset.to_table(columns=columns, filter=filter, use_threads=False)
+

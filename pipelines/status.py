@@ -15,7 +15,7 @@ from pipelines.config import Config
 from pipelines.errors import SourceError
 from pipelines.ingest.bronze_writer import read_progress
 from pipelines.ingest.lsn import format_lsn
-from pipelines.lake import LakeLayout, read_delta
+from pipelines.lake import Lake, read_delta
 from pipelines.source.connection import connect
 
 
@@ -56,26 +56,23 @@ class LakeStatus:
 
 
 def lake_status(config: Config) -> LakeStatus:
-    layout = LakeLayout(config.lake.path)
-    if not DeltaTable.is_deltatable(str(layout.bronze_changes)):
+    lake = Lake.from_config(config)
+    if not lake.bronze_changes.exists():
         return LakeStatus()
-    bronze = DeltaTable(str(layout.bronze_changes))
+    bronze = lake.bronze_changes.open()
     files = pa.table(bronze.get_add_actions(flatten=True))  # per-file stats: no data scan
     newest = pc.max(files.column("max.commit_ts")).as_py() if files.num_rows else None
-    progress = read_progress(layout.bronze_changes, config.source.slot)
+    progress = read_progress(lake.bronze_changes, config.source.slot)
     silver = {}
-    progress_path = layout.state("silver_progress")
-    if DeltaTable.is_deltatable(str(progress_path)):
+    progress_path = lake.silver_progress
+    if progress_path.exists():
         for row in read_delta(progress_path).to_pylist():
             if row["table_name"] != "*":
                 silver[row["table_name"]] = {
                     "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
                     "last_run_at": row["updated_at"], "error": row["error"]}
-    gold = {}
-    gold_root = layout.root / "gold"
-    for path in sorted(gold_root.iterdir()) if gold_root.is_dir() else []:
-        if DeltaTable.is_deltatable(str(path)):
-            gold[path.name] = _commit_time(DeltaTable(str(path)))
+    gold = {report: _commit_time(lake.gold(report).open())
+            for report in lake.delta_tables("gold")}
     return LakeStatus(_commit_time(bronze), newest, format_lsn(progress.end_lsn), silver, gold)
 
 
@@ -157,7 +154,7 @@ def _ago(now: datetime, then: datetime) -> str:
 
 def backfill_status(config: Config) -> list[BackfillState]:
     """The most recent backfill of each table, from the lake's _state/backfills table."""
-    store = StateStore(LakeLayout(config.lake.path).state("backfills"))
+    store = StateStore(Lake.from_config(config).backfills)
     return sorted(store.latest_per_table().values(), key=lambda b: b.table_name)
 
 

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from datetime import datetime, timedelta, timezone
 from typing import Iterator, Sequence
 
 import psycopg
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,10 +32,8 @@ from pipelines.backfill.chunk import (
     FIRST_CHUNK_ROWS, chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
-from pipelines.config import Config
-from pipelines.lake import LakeLayout
-from pipelines.silver.job import PROGRESS_TABLE, configured_tables
-from pipelines.silver.maintenance import maintenance_for
+from pipelines.config import Config, configured_tables
+from pipelines.lake import Lake
 from pipelines.silver.progress import read_progress
 from pipelines.silver.table_shape import SourceColumn
 from pipelines.silver.types import typed_columns
@@ -106,13 +104,12 @@ def pending_changes(conn: psycopg.Connection, config: Config, upto: str) -> int:
 def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[str]) -> None:
     """Silver must have applied every bronze row of these tables (changes, and backfill
     watermarks naming them), or the comparison would show stale rows."""
-    layout = LakeLayout(config.lake.path)
-    maintenance = maintenance_for(config, spark)
-    if not maintenance.exists(layout.bronze_changes):
+    lake = Lake.from_config(config)
+    if not lake.bronze_changes.exists():
         raise NotCaughtUp("bronze is empty: run `lakehouse ingest` (and a backfill) first")
-    path = layout.state(PROGRESS_TABLE)
-    progress = read_progress(spark, path, maintenance.exists(path))
-    changes = spark.read.format("delta").load(str(layout.bronze_changes))
+    path = lake.silver_progress
+    progress = read_progress(spark, path, path.exists())
+    changes = spark.read.format("delta").load(lake.bronze_changes.uri)
     watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
     row_table = F.when(F.col("table_name").isNotNull(),
                        F.concat_ws(".", F.col("schema_name"), F.col("table_name")))
@@ -133,43 +130,61 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
 
 
 def source_snapshot(spark: SparkSession, conn: psycopg.Connection, table: str,
-                    publication: str, scratch: Path) -> tuple[DataFrame, list[SourceColumn]]:
+                    publication: str, scratch: Scratch) -> tuple[DataFrame, list[SourceColumn]]:
     """The source table as typed columns, read in the connection's open snapshot.
 
     Its text values go to Parquet files in `scratch` (one per keyset chunk; an empty
     table still writes one), which the returned DataFrame reads.
     """
     shape = table_shape(conn, table, publication)
-    scratch.mkdir(parents=True)
     after, part, limit = None, 0, FIRST_CHUNK_ROWS
     while part == 0 or after is not None:
         data, rows, last = copy_out(conn, chunk_statement(shape, after, limit))
         text = parse_csv(data, len(shape.columns)).rename_columns(list(shape.columns))
-        pq.write_table(text, scratch / f"part-{part:05d}.parquet")
+        scratch.write(f"part-{part:05d}.parquet", text)
         after = row_key(shape, last) if rows == limit else None
         limit = next_chunk_rows(rows, len(data), CHUNK_ROWS, CHUNK_BYTES)
         part += 1
     columns = [SourceColumn(name, type_name, type_mod, name in shape.key_columns)
                for name, type_name, type_mod in zip(shape.columns, shape.type_names,
                                                     shape.type_mods)]
-    text_rows = spark.read.parquet(str(scratch))
+    text_rows = spark.read.parquet(scratch.uri)
     return typed_columns(text_rows, columns, table=table), columns
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """A directory under the lake for one verify run's source files: written by this
+    process, read by Spark (on a cluster its executors read them from the store)."""
+
+    lake: Lake
+    prefix: str
+
+    @property
+    def uri(self) -> str:
+        return self.lake.uri(self.prefix)
+
+    def child(self, name: str) -> "Scratch":
+        return Scratch(self.lake, f"{self.prefix}/{name}")
+
+    def write(self, name: str, table: pa.Table) -> None:
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        self.lake.put(f"{self.prefix}/{name}", buffer.getvalue().to_pybytes())
+
+
 @contextmanager
-def scratch_directory(config: Config) -> Iterator[Path]:
+def scratch_directory(config: Config) -> Iterator[Scratch]:
     """A directory under the lake for one verify run's source files, removed afterwards
     (with any a killed run left more than a day ago)."""
-    root = LakeLayout(config.lake.path).state("verify")
-    if root.is_dir():
-        for stale in root.iterdir():
-            if time.time() - stale.stat().st_mtime > STALE_SCRATCH_SECONDS:
-                shutil.rmtree(stale, ignore_errors=True)
-    path = root / uuid.uuid4().hex
+    lake = Lake.from_config(config)
+    root = "_state/verify"
+    lake.delete_tree(root, datetime.now(timezone.utc) - timedelta(seconds=STALE_SCRATCH_SECONDS))
+    scratch = Scratch(lake, f"{root}/{uuid.uuid4().hex}")
     try:
-        yield path
+        yield scratch
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        lake.delete_tree(scratch.prefix)
 
 
 def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
@@ -200,12 +215,12 @@ def _all_null(alias: str, keys: Sequence[str]) -> Column:
 
 
 def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
-                  table: str, sample: int, scratch: Path) -> TableDiff:
+                  table: str, sample: int, scratch: Scratch) -> TableDiff:
     source, columns = source_snapshot(spark, conn, table, config.source.publication, scratch)
     names = [c.name for c in columns]
     keys = [c.name for c in columns if c.is_key]
     silver_table = TableNames.from_config(config).silver(*table.split(".", 1))
-    if table_exists(spark, silver_table, maintenance_for(config, spark).exists):
+    if table_exists(spark, silver_table):
         silver = read_table(spark, silver_table)
         silver = silver.select(*(F.col(f"`{c}`") if c in silver.columns
                                  else F.lit(None).alias(c) for c in names))
@@ -233,7 +248,7 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
         check_silver_current(config, spark, scope)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         with scratch_directory(config) as scratch:
-            return [compare_table(spark, conn, config, table, sample, scratch / f"{i:04d}")
+            return [compare_table(spark, conn, config, table, sample, scratch.child(f"{i:04d}"))
                     for i, table in enumerate(scope)]
 
 

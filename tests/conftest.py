@@ -18,6 +18,7 @@ import pytest
 
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
 from tests.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
+from tests.object_stores import StoreServer, start_azurite, start_minio
 
 ENGINES = ("sail", "spark")
 
@@ -77,3 +78,39 @@ def source_dsn(pg_server: EmbeddedPostgres) -> Iterator[str]:
         conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                      "WHERE database = %s", (name,))
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreServer]:
+    """A MinIO server (S3) for the whole run; `new_lake()` gives each test a bucket."""
+    server = start_minio(tmp_path_factory.mktemp("minio"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreServer]:
+    """An Azurite server (Azure Blob) for the whole run; `new_lake()` gives a container."""
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["s3", "azure"])
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> StoreServer:
+    """Each object store in turn, its credentials in this process's environment (and so
+    in every process a test starts), as a deployment sets them."""
+    return _with_credentials(request.getfixturevalue(
+        "minio" if request.param == "s3" else "azurite"), monkeypatch)
+
+
+@pytest.fixture
+def s3(minio: StoreServer, monkeypatch: pytest.MonkeyPatch) -> StoreServer:
+    """MinIO, its credentials in the environment."""
+    return _with_credentials(minio, monkeypatch)
+
+
+def _with_credentials(server: StoreServer, monkeypatch: pytest.MonkeyPatch) -> StoreServer:
+    for name, value in server.env.items():
+        monkeypatch.setenv(name, value)
+    return server

@@ -26,7 +26,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_good_file_loads_into_dataclasses(tmp_path):
     config = load_config(write(tmp_path, GOOD), environ={})
     assert config.source.tables == ("public.users", "public.time_entries")
-    assert config.lake.path == (tmp_path / "lake").resolve()
+    assert config.lake.path == str((tmp_path / "lake").resolve())
     assert config.ingest.batch_rows == 1000 and config.ingest.batch_seconds == 0.5
     assert config.backfill.chunk_size == 50_000  # default kept
     with pytest.raises(AttributeError):
@@ -85,11 +85,51 @@ def test_overrides_apply_before_validation(tmp_path):
         load_config(path, environ={}, overrides=["source={dsn: 'host=x password=y'}"])
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/lake", "abfss://c@acct.dfs.core.windows.net/l",
-                                 "dbfs:/mnt/lake"])
-def test_object_store_lake_paths_are_refused_not_mangled(tmp_path, url):
-    with pytest.raises(ConfigError, match=f"lake.path: got '{url}'"):
+def with_lake(path: str, *options: str) -> str:
+    """GOOD with the lake at `path` and these storage_options lines."""
+    block = f"lake:\n  path: {path}\n  storage_options:\n" + "".join(f"    {o}\n" for o in options)
+    return GOOD.replace("lake: {path: ./lake}\n", block)
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/lake", "s3a://bucket/lake", "az://container/lake",
+                                 "abfss://c@acct.dfs.core.windows.net/l", "gs://bucket/lake"])
+def test_object_store_urls_are_kept_as_given(tmp_path, url):
+    config = load_config(write(tmp_path, GOOD.replace("./lake", url + "/")), environ={})
+    assert config.lake.path == url  # not resolved against the config's directory
+
+
+@pytest.mark.parametrize("url", ["dbfs:/mnt/lake", "http://host/lake", "s3:/bucket"])
+def test_other_urls_are_refused_with_the_accepted_forms(tmp_path, url):
+    with pytest.raises(ConfigError, match=f"lake.path: got '{url}'.*s3://bucket/prefix"):
         load_config(write(tmp_path, GOOD.replace("./lake", url)), environ={})
+
+
+def test_storage_options_take_delta_rs_names_and_plain_values(tmp_path):
+    text = with_lake("s3://lake/prefix", "aws_endpoint_url: http://127.0.0.1:9000", "aws_allow_http: true")
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.lake.storage_options == {"aws_endpoint_url": "http://127.0.0.1:9000",
+                                           "aws_allow_http": "true"}
+
+
+@pytest.mark.parametrize("key", ["aws_secret_access_key", "AWS_ACCESS_KEY_ID", "aws_session_token",
+                                 "azure_storage_account_key", "azure_client_secret",
+                                 "azure_storage_sas_key", "google_service_account_key"])
+def test_credentials_in_storage_options_are_refused(tmp_path, key):
+    text = with_lake("s3://lake", f"{key}: x")
+    with pytest.raises(ConfigError, match="credentials never go in the config file"):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_a_store_without_conditional_writes_is_refused(tmp_path):
+    text = with_lake("s3://lake", "aws_s3_allow_unsafe_rename: true")
+    with pytest.raises(ConfigError, match="conditional writes"):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_classic_spark_needs_abfss_for_azure(tmp_path):
+    text = GOOD.replace("./lake", "az://container/lake") + "engine: spark\n"
+    with pytest.raises(ConfigError, match="use abfss://"):
+        load_config(write(tmp_path, text), environ={})
 
 
 def test_spark_conf_passes_any_property_spelled_as_spark_spells_it(tmp_path):

@@ -17,7 +17,7 @@ from pipelines.catalog import (
 from pipelines.config import load_config
 from pipelines.errors import ConfigError
 from pipelines.gold.io import TableGoldIO, gold_io_for
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 from pipelines.silver.job import clash_error
 from pipelines.silver.maintenance import DatabricksMaintenance, LocalMaintenance, maintenance_for
 from pipelines.silver.merge import (
@@ -84,7 +84,7 @@ def test_tombstones_stay_pipeline_state_under_the_lake_on_every_engine(local, en
 
     names = TableNames.from_config(replace(local, engine=engine))
     marks = names.tombstones("public", "users")
-    assert marks.path == Path(VOLUME) / "_state" / "silver_tombstones" / "public" / "users"
+    assert marks.path.uri == f"{VOLUME}/_state/silver_tombstones/public/users"
     assert marks.sql == f"delta.`{VOLUME}/_state/silver_tombstones/public/users`"
 
 
@@ -112,7 +112,7 @@ def test_the_bundle_variables_decide_catalog_and_schemas(databricks):
 ])
 def test_odd_source_names_become_valid_quoted_unity_catalog_names(schema, table, identifier,
                                                                   shown):
-    names = TableNames(LakeLayout(Path(VOLUME)), CatalogSchemas("main", "s", "g"))
+    names = TableNames(Lake.of(VOLUME), CatalogSchemas("main", "s", "g"))
     assert names.silver(schema, table).sql == identifier
     assert str(names.silver(schema, table)) == shown
 

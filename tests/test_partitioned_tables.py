@@ -8,7 +8,7 @@ import pytest
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
-from pipelines.lake import read_delta
+from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
@@ -41,7 +41,7 @@ def test_partitions_publish_via_their_root_through_backfill_ingest_and_silver(
     [result] = run_backfill(config, BackfillOptions(chunk_size=15))
     assert result.rows == 40
     run_ingest(config, IngestOptions(until_idle=0.3), StopRequested())
-    changes = read_delta(config.lake.path / "bronze" / "changes",
+    changes = read_delta(Lake.from_config(config).bronze_changes,
                          columns=["table_name", "op"]).to_pylist()
     assert {c["table_name"] for c in changes if c["op"] != "message"} == {"readings"}
     run_silver(config, spark)

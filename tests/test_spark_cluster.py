@@ -18,7 +18,7 @@ import yaml
 from pipelines.demo.run import DEMO_TABLES
 from pipelines.demo.seed import create_schema, seed
 from pipelines.gold.reports import REPORT_NAMES
-from pipelines.lake import LakeLayout, read_delta
+from pipelines.lake import Lake, read_delta
 from tests.standalone import StandaloneCluster
 
 pytestmark = pytest.mark.postgres
@@ -69,7 +69,7 @@ def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path
 
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
-    layout = LakeLayout(tmp_path / "lake")
+    layout = Lake.of(tmp_path / "lake")
     for report in REPORT_NAMES:
         assert read_delta(layout.gold(report)).num_rows > 0, report
     # Both workers' executors ran tasks of these jobs, in their own work directories.

@@ -10,12 +10,11 @@ the whole _delta_log on a local disk, which the log retention bounds: pipelines.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
-from deltalake import (ColumnProperties, CommitProperties, DeltaTable, WriterProperties,
-                       write_deltalake)
+from deltalake import ColumnProperties, CommitProperties, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError
+
+from pipelines.lake import Where, location
 
 REOPEN_COMMITS = 100
 # Dictionaries and min/max statistics of the list columns cost write time and buy nothing
@@ -32,11 +31,11 @@ BRONZE_WRITER = WriterProperties(
 class SnapshotWriter:
     """Appends one backfill's chunks to bronze/snapshots (one writer per table job)."""
 
-    def __init__(self, path: Path, backfill_id: str, table: str) -> None:
-        self.path = str(path)
+    def __init__(self, where: Where, backfill_id: str, table: str) -> None:
+        self.location = location(where)
         self.backfill_id = backfill_id
         self.table = table
-        self._delta = DeltaTable(self.path)
+        self._delta = self.location.open()
         self._commits = 0
 
     def append(self, chunks: list[tuple[int, pa.Table]]) -> None:
@@ -45,7 +44,7 @@ class SnapshotWriter:
         if not batches:
             return
         if self._commits == REOPEN_COMMITS:
-            self._delta, self._commits = DeltaTable(self.path), 0
+            self._delta, self._commits = self.location.open(), 0
         rows = pa.concat_tables(batches)
         properties = CommitProperties(custom_metadata={
             "lakehouse.backfill_id": self.backfill_id,
@@ -62,5 +61,5 @@ class SnapshotWriter:
                 # Nothing of this attempt is in the table: write it again, once.
                 if attempt == 2:
                     raise
-                self._delta = DeltaTable(self.path)
+                self._delta = self.location.open()
         self._commits += 1

@@ -35,7 +35,7 @@ from pipelines.backfill.watermark import emit_watermark
 from pipelines.bronze.watermarks import Snapshot, Watermark
 from pipelines.config import SourceConfig
 from pipelines.errors import DataError, LakehouseError, SourceError
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 from pipelines.source.connection import connect
 from pipelines.source.text_format import with_text_format
 
@@ -147,14 +147,14 @@ class TableBackfill:
     """One table's backfill in this run: lock, decide new/resume/skip, pipeline the chunks."""
 
     def __init__(self, source: SourceConfig, table: str, chunk_size: int, restart: bool,
-                 store: StateStore, layout: LakeLayout, display: ProgressDisplay,
+                 store: StateStore, lake: Lake, display: ProgressDisplay,
                  stop: threading.Event) -> None:
         self.source = source
         self.table = table
         self.chunk_size = chunk_size
         self.restart = restart
         self.store = store
-        self.layout = layout
+        self.lake = lake
         self.display = display
         self.stop = stop
 
@@ -337,7 +337,7 @@ class TableBackfill:
         chunk order: each chunk still goes low -> SELECT -> bronze commit -> high.
         """
         backfill_id = progress.state.backfill_id
-        snapshots = SnapshotWriter(self.layout.bronze_snapshots, backfill_id, self.table)
+        snapshots = SnapshotWriter(self.lake.bronze_snapshots, backfill_id, self.table)
         saved = 0.0  # the run's first chunk is always saved: status shows progress at once
         pending = None  # an item taken from the inbox that the last group left out
         while (item := pending or _get(inbox, halt)) is not None:

@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
-from deltalake import DeltaTable
 
 from pipelines.backfill.job import TableBackfill, TableResult
 from pipelines.backfill.progress import ProgressDisplay
@@ -20,7 +19,7 @@ from pipelines.backfill.state import StateStore
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
-from pipelines.lake import LOG_RETENTION, LakeLayout, with_log_retention
+from pipelines.lake import LOG_RETENTION, Lake, with_log_retention
 from pipelines.source.connection import connect
 from pipelines.source.setup import check_keys, resolve_tables
 
@@ -52,14 +51,14 @@ def run_backfill(config: Config, options: BackfillOptions,
         check_keys(conn, tables)
         check_published(conn, config.source.publication, tables)
         check_slot(conn, config.source.slot)
-    layout = LakeLayout(config.lake.path)
-    store = StateStore(layout.state("backfills"))
+    lake = Lake.from_config(config)
+    store = StateStore(lake.backfills)
     store.ensure()
     # Before the table jobs start: the retention's metadata commit would fail their appends.
-    with_log_retention(DeltaTable.create(str(layout.bronze_snapshots), schema=SNAPSHOTS_SCHEMA,
-                                         mode="ignore", configuration=LOG_RETENTION))
+    with_log_retention(lake.bronze_snapshots.create(SNAPSHOTS_SCHEMA,
+                                                    configuration=LOG_RETENTION))
     jobs = [TableBackfill(config.source, table, options.chunk_size, options.restart, store,
-                          layout, display or ProgressDisplay(), stop or threading.Event())
+                          lake, display or ProgressDisplay(), stop or threading.Event())
             for table in tables]
     with ThreadPoolExecutor(max_workers=min(options.parallel, len(jobs)),
                             thread_name_prefix="backfill") as pool:

@@ -14,13 +14,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from pipelines.lake import LOG_RETENTION, read_delta, with_log_retention
+from pipelines.lake import (
+    LOG_RETENTION, TableLocation, Where, location, read_delta, with_log_retention)
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 _UTC = pa.timestamp("us", tz="UTC")
@@ -77,15 +77,15 @@ class BackfillState:
 class StateStore:
     """Reads and replaces backfill state rows; writes are serialized within the process."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, where: Where) -> None:
+        self.location = location(where)
         self._lock = threading.Lock()
         self._table: DeltaTable | None = None  # kept open: reloading the log costs more
 
     def all(self) -> list[BackfillState]:
         """Every backfill, oldest first; empty if no backfill ever ran."""
         try:
-            table = read_delta(self.path)
+            table = read_delta(self.location)
         except TableNotFoundError:
             return []
         states = [_from_row(row) for row in table.to_pylist()]
@@ -102,7 +102,7 @@ class StateStore:
         predicate = f"backfill_id = '{_literal(state.backfill_id)}'"
         with self._lock:
             if self._table is None:
-                self._table = _open_or_create(self.path)
+                self._table = _open_or_create(self.location)
             for attempt in range(20):
                 try:
                     write_deltalake(self._table, row, mode="overwrite", predicate=predicate)
@@ -118,15 +118,14 @@ class StateStore:
         """Create the table if it does not exist yet (first backfill)."""
         with self._lock:
             if self._table is None:
-                self._table = _open_or_create(self.path)
+                self._table = _open_or_create(self.location)
 
 
-def _open_or_create(path: Path) -> DeltaTable:
+def _open_or_create(where: TableLocation) -> DeltaTable:
     try:
-        return with_log_retention(DeltaTable(str(path)))
+        return with_log_retention(where.open())
     except TableNotFoundError:
-        return DeltaTable.create(str(path), schema=STATE_SCHEMA, mode="ignore",
-                                 configuration=LOG_RETENTION)
+        return where.create(STATE_SCHEMA, configuration=LOG_RETENTION)
 
 
 def _literal(value: str) -> str:

@@ -23,7 +23,6 @@ from pathlib import Path
 import psycopg
 import pyarrow.compute as pc
 import yaml
-from deltalake import DeltaTable
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
@@ -35,7 +34,7 @@ from pipelines.embedded_pg import EmbeddedPostgres, server_dir_for
 from pipelines.engine import get_spark
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
-from pipelines.lake import LakeLayout, read_delta
+from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify import format_diffs, run_verify, wait_for_ingest
@@ -109,7 +108,7 @@ def run_demo(options: DemoOptions) -> int:
         run_silver(config, spark)
         timings.phase("catch-up and final silver", since)
         since = time.monotonic()
-        gold = run_gold(spark, LakeLayout(config.lake.path))
+        gold = run_gold(spark, Lake.from_config(config))
         timings.phase("gold", since)
         since = time.monotonic()
         diffs = run_verify(config, spark, wait_seconds=30)
@@ -117,7 +116,7 @@ def run_demo(options: DemoOptions) -> int:
         if ingest.stop() != 0:
             log.warning("the ingest exited with %s: see ingest.log", ingest.process.returncode)
 
-        print(format_gold_reports(spark, LakeLayout(config.lake.path), limit=5))
+        print(format_gold_reports(spark, Lake.from_config(config), limit=5))
         print("\nverify (silver vs the source):")
         print(format_diffs(diffs))
         print(summary(config, timings, sum(gold.rows.values())))
@@ -164,8 +163,8 @@ def concurrent_phase(config: Config, spark, options: DemoOptions, timings: Timin
 
 
 def bronze_rows(config: Config) -> int:
-    path = LakeLayout(config.lake.path).bronze_changes
-    return read_delta(path, ["op"]).num_rows if DeltaTable.is_deltatable(str(path)) else 0
+    path = Lake.from_config(config).bronze_changes
+    return read_delta(path, ["op"]).num_rows if path.exists() else 0
 
 
 def probe_freshness(config: Config, spark, timeout: float = 120) -> float:
@@ -175,10 +174,10 @@ def probe_freshness(config: Config, spark, timeout: float = 120) -> float:
     with psycopg.connect(config.source.dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO scratch (id, note) VALUES (0, %s) "
                      "ON CONFLICT (id) DO UPDATE SET note = excluded.note", (marker,))
-    path = LakeLayout(config.lake.path).silver("public", "scratch")
+    path = Lake.from_config(config).silver("public", "scratch")
     while time.monotonic() - committed < timeout:
         run_silver(config, spark, tables=["public.scratch"])
-        if DeltaTable.is_deltatable(str(path)) and read_delta(
+        if path.exists() and read_delta(
                 path, ["note"], filter=pc.field("note") == marker).num_rows:
             return time.monotonic() - committed
         time.sleep(0.1)

@@ -35,10 +35,10 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
     from pipelines.engine import get_spark
     from pipelines.gold.io import gold_io_for
     from pipelines.gold.run import run_gold
-    from pipelines.lake import LakeLayout
+    from pipelines.lake import Lake
 
     spark = get_spark(config)
-    result = run_gold(spark, LakeLayout(config.lake.path), args.reports,
+    result = run_gold(spark, Lake.from_config(config), args.reports,
                       io=gold_io_for(config, spark))
     for run in result.runs:
         print(run.summary())

@@ -9,9 +9,10 @@ from typing import Any, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.gold.io import GoldIO, LakeGoldIO
+from pipelines.catalog import TableNames
+from pipelines.gold.io import GoldIO, TableGoldIO
 from pipelines.gold.reports import ReportSpec, select_reports
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 
 
 def format_report(df: DataFrame, limit: int = 10) -> str:
@@ -48,11 +49,11 @@ def sorted_for_display(df: DataFrame, spec: ReportSpec) -> DataFrame:
     return df.orderBy(*keys)
 
 
-def format_gold_reports(spark: SparkSession, layout: LakeLayout,
+def format_gold_reports(spark: SparkSession, lake: Lake,
                         reports: Iterable[str] | None = None, limit: int = 10,
                         *, io: GoldIO | None = None) -> str:
     """Every selected gold table, titled and formatted; tables not built yet are named as such."""
-    io = io or LakeGoldIO(layout)
+    io = io or TableGoldIO(spark, TableNames(lake))
     blocks = []
     for spec in select_reports(reports):
         title = f"== {spec.name}: {spec.description}"

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.catalog import TableNames, ensure_schema, read_table, save_table, table_exists
 from pipelines.gold.reports import SILVER_SCHEMA
-from pipelines.lake import LakeLayout, trim_log
+from pipelines.lake import trim_log
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -32,7 +31,7 @@ class GoldIO(Protocol):
         """The silver table's name or path, for messages."""
 
     def silver_exists(self, table: str) -> bool:
-        """Whether the silver table exists (no Spark action)."""
+        """Whether the silver table exists."""
 
     def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
         """The silver table as a DataFrame."""
@@ -41,49 +40,13 @@ class GoldIO(Protocol):
         """The gold table's name or path."""
 
     def report_exists(self, report: str) -> bool:
-        """Whether the gold table exists (no Spark action)."""
+        """Whether the gold table exists."""
 
     def write_report(self, df: DataFrame, report: str) -> None:
         """Replace the gold table with `df` (one Delta commit)."""
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         """The gold table as a DataFrame."""
-
-
-@dataclass(frozen=True)
-class LakeGoldIO:
-    """Delta tables at the lake layout's paths (local and classic Spark engines)."""
-
-    layout: LakeLayout
-    schema: str = SILVER_SCHEMA
-
-    def silver_location(self, table: str) -> str:
-        return str(self.layout.silver(self.schema, table))
-
-    def silver_exists(self, table: str) -> bool:
-        return (self.layout.silver(self.schema, table) / "_delta_log").is_dir()
-
-    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
-        return spark.read.format("delta").load(self.silver_location(table))
-
-    def report_location(self, report: str) -> str:
-        return str(self.layout.gold(report))
-
-    def report_exists(self, report: str) -> bool:
-        return (self.layout.gold(report) / "_delta_log").is_dir()
-
-    def write_report(self, df: DataFrame, report: str) -> None:
-        # overwriteSchema: a report whose declared schema changed replaces the old table
-        (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .save(self.report_location(report)))
-        trim_log(self.layout.gold(report))
-
-    def read_report(self, spark: SparkSession, report: str) -> DataFrame:
-        return spark.read.format("delta").load(self.report_location(report))
-
-
-def _has_delta_log(path: Path) -> bool:
-    return (path / "_delta_log").is_dir()
 
 
 @dataclass(frozen=True)
@@ -94,13 +57,12 @@ class TableGoldIO:
     spark: SparkSession
     names: TableNames
     schema: str = SILVER_SCHEMA
-    path_exists: Callable[[Path], bool] = _has_delta_log  # no Spark action for paths
 
     def silver_location(self, table: str) -> str:
         return str(self.names.silver(self.schema, table))
 
     def silver_exists(self, table: str) -> bool:
-        return table_exists(self.spark, self.names.silver(self.schema, table), self.path_exists)
+        return table_exists(self.spark, self.names.silver(self.schema, table))
 
     def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
         return read_table(spark, self.names.silver(self.schema, table))
@@ -109,7 +71,7 @@ class TableGoldIO:
         return str(self.names.gold(report))
 
     def report_exists(self, report: str) -> bool:
-        return table_exists(self.spark, self.names.gold(report), self.path_exists)
+        return table_exists(self.spark, self.names.gold(report))
 
     def write_report(self, df: DataFrame, report: str) -> None:
         # overwriteSchema: a report whose declared schema changed replaces the old table;

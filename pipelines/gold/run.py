@@ -13,10 +13,11 @@ from typing import Iterable
 
 from pyspark.sql import DataFrame, SparkSession
 
+from pipelines.catalog import TableNames
 from pipelines.gold.conform import conform_to_schema, validated_row_count
-from pipelines.gold.io import GoldIO, LakeGoldIO, register_silver_views
+from pipelines.gold.io import GoldIO, TableGoldIO, register_silver_views
 from pipelines.gold.reports import ReportSpec, select_reports
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def build_report(spark: SparkSession, spec: ReportSpec) -> DataFrame:
     return spark.sql(spec.sql())
 
 
-def run_gold(spark: SparkSession, layout: LakeLayout, reports: Iterable[str] | None = None,
+def run_gold(spark: SparkSession, lake: Lake, reports: Iterable[str] | None = None,
              *, io: GoldIO | None = None) -> GoldReport:
     """Recompute `reports` (default: all) from silver and overwrite their gold tables.
 
@@ -72,7 +73,7 @@ def run_gold(spark: SparkSession, layout: LakeLayout, reports: Iterable[str] | N
     values do not fit its declared schema raises DataError before anything of it is written.
     """
     specs = select_reports(reports)
-    io = io or LakeGoldIO(layout)
+    io = io or TableGoldIO(spark, TableNames(lake))
     started = time.monotonic()
     needed = list(dict.fromkeys(t for spec in specs for t in spec.tables))
     missing = set(register_silver_views(spark, io, needed))

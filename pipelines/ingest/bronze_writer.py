@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,7 +41,8 @@ from pipelines.errors import DataError
 from pipelines.ingest.bronze_files import (
     SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
-from pipelines.lake import LOG_RETENTION, with_log_retention
+from pipelines import storage
+from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +70,14 @@ class Progress:
     position: Position = NO_POSITION
 
 
-def read_progress(path: Path, app_id: str) -> Progress:
+def read_progress(where: Where, app_id: str) -> Progress:
     """Progress recorded by the last ingest commit; creates an empty table if missing."""
     try:
-        table = DeltaTable(str(path))
+        table = location(where).open()
     except TableNotFoundError:
-        DeltaTable.create(str(path), schema=CHANGES_SCHEMA, mode="ignore",
-                          configuration=LOG_RETENTION, name="bronze_changes",
-                          description="raw Postgres change log (pgoutput), one row per change")
+        location(where).create(CHANGES_SCHEMA, configuration=LOG_RETENTION,
+                               name="bronze_changes", description="raw Postgres change log "
+                               "(pgoutput), one row per change")
         return Progress()
     end_lsn = table.transaction_version(app_id) or 0
     for commit in table.history(limit=50):  # newest first; maintenance commits lack the key
@@ -100,12 +103,12 @@ class BronzeWriter:
     that lands or reads `durable`.
     """
 
-    def __init__(self, path: Path, app_id: str,
+    def __init__(self, where: Where, app_id: str,
                  writer_properties: WriterProperties | None = WRITER_PROPERTIES) -> None:
-        self.path = path
+        self.location = location(where)
         self.app_id = app_id
         self.writer_properties = writer_properties
-        self.progress = read_progress(path, app_id)  # everything handed to a commit
+        self.progress = read_progress(self.location, app_id)  # everything handed to a commit
         self._durable = self.progress  # what finished commits hold
         self._rows: list[Record] = []  # never replaced: `append` stays bound to it
         self.append = self._rows.append
@@ -120,12 +123,23 @@ class BronzeWriter:
         self._table: DeltaTable | None = None  # the committer's: kept, not reloaded per commit
 
     @cached_property
+    def spill_directory(self) -> Path:
+        """Where a streamed transaction's files are written before its commit: the table's
+        own directory on a file system (a commit then only adds them), else a local
+        temporary directory (an object store cannot overwrite part of a file)."""
+        if storage.store_kind(self.location.uri) is None:
+            return Path(self.location.uri)
+        return Path(tempfile.mkdtemp(prefix="lakehouse-spill-"))
+
+    @cached_property
     def files_patchable(self) -> bool:
-        """Whether land_files may be used here: probed once, at the first streamed commit."""
-        if can_patch_in_place(self.path):
+        """Whether land_files may be used here: never on an object store (decided by the
+        URL); on a file system probed once, at the first streamed commit."""
+        if storage.store_kind(self.location.uri) is None and can_patch_in_place(
+                self.spill_directory):
             return True
-        log.warning("%s cannot overwrite files in place: streamed transactions are read "
-                    "back at their commit", self.path)
+        log.info("%s cannot overwrite files in place: streamed transactions are read back "
+                 "at their commit", self.location)
         return False
 
     @property
@@ -245,7 +259,8 @@ class BronzeWriter:
                        xid: int) -> Future[PendingFile]:
         """Encode records (RECORD_SCHEMA) of an unfinished transaction to a bronze file on
         the encoder thread (in order): a Future of its PendingFile, for `land_files`."""
-        return self._encoder.submit(write_pending, self.path, records, first_index, xid)
+        return self._encoder.submit(write_pending, self.spill_directory, records,
+                                    first_index, xid)
 
     def land_files(self, files: Sequence[PendingFile], commit_lsn: int, commit_ts: int,
                    end_lsn: int) -> None:
@@ -290,6 +305,9 @@ class BronzeWriter:
             self._batches.put(None)
             self._committer.join()
             self._committer = None
+        spill = self.__dict__.get("spill_directory")
+        if spill is not None and spill != Path(self.location.uri):
+            shutil.rmtree(spill, ignore_errors=True)
         if raise_failure:
             self._raise_failure()
 
@@ -318,7 +336,7 @@ class BronzeWriter:
             # the log may keep nothing older than it (LOG_RETENTION).
             landed = self._durable.position
             self._table = with_log_retention(
-                DeltaTable(str(self.path)),
+                self.location.open(),
                 {POSITION_KEY: f"{landed[0]}:{landed[1]}"} if landed != NO_POSITION else None)
         properties = CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id, version=batch.progress.end_lsn)],

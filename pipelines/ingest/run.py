@@ -24,7 +24,7 @@ from pipelines.ingest.replication import (ConnectionLost, ReplicationStream, Slo
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
                                    xlogdata_positions)
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class StopRequested:
 def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> IngestReport:
     """Stream until stopped (or idle / past an LSN), reconnecting with backoff."""
     started = time.monotonic()
-    writer = BronzeWriter(LakeLayout(config.lake.path).bronze_changes, config.source.slot)
+    writer = BronzeWriter(Lake.from_config(config).bronze_changes, config.source.slot)
     assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
     try:
         _connect_and_stream(writer, assembler, config, options, stop)

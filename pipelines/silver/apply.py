@@ -16,7 +16,6 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -27,7 +26,7 @@ from pipelines.bronze.schema import OP_TRUNCATE
 from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, table_exists)
 from pipelines.errors import DataError
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake, TableLocation
 from pipelines.silver.batch import latest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
@@ -50,7 +49,6 @@ from pipelines.silver.watermarks import ChunkWindow, Position, invisible_to_snap
 
 log = logging.getLogger(__name__)
 
-STAGING = "silver_staging"
 METADATA_FIELDS = (StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongType()),
                    StructField(COMMIT_TS, TimestampType()))
 SOURCE_VIEW = "_lakehouse_silver_events"
@@ -63,7 +61,7 @@ class SilverContext:
     """What every table's batch of one run shares."""
 
     spark: SparkSession
-    layout: LakeLayout
+    lake: Lake
     maintenance: Maintenance
     retention: timedelta
     changes: DataFrame
@@ -71,16 +69,16 @@ class SilverContext:
 
     def exists(self, table: TableRef) -> bool:
         """Whether the silver or tombstone table exists yet."""
-        return table_exists(self.spark, table, self.maintenance.exists)
+        return table_exists(self.spark, table)
 
     def read(self, table: TableRef) -> DataFrame:
         """The table's current version."""
         return read_table(self.spark, table)
 
 
-def tombstones_path(layout: LakeLayout, schema: str, table: str) -> Path:
-    """The sidecar Delta table of a silver table's tombstones (a path on every engine)."""
-    return TableNames(layout).tombstones(schema, table).path
+def tombstones_path(lake: Lake, schema: str, table: str) -> TableLocation:
+    """The sidecar Delta table of a silver table's tombstones (in the lake on every engine)."""
+    return TableNames(lake).tombstones(schema, table).path
 
 
 @dataclass(frozen=True)
@@ -114,12 +112,12 @@ def _chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
 
 
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
-    if not table.windows or not run.maintenance.exists(run.layout.bronze_snapshots):
+    if not table.windows or not run.lake.bronze_snapshots.exists():
         return None
     schema, name = table.name.split(".", 1)
     ids = run.spark.createDataFrame([(w.backfill_id, w.chunk_id) for w in table.windows],
                                     "backfill_id string, chunk_id long")
-    return (run.spark.read.format("delta").load(str(run.layout.bronze_snapshots))
+    return (run.spark.read.format("delta").load(run.lake.bronze_snapshots.uri)
             .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
             .join(ids, ["backfill_id", "chunk_id"]))
 
@@ -174,7 +172,7 @@ def _toast_columns(run: SilverContext, table: TableScan, shape: TableShape) -> l
     action asks whether any window change left a column unchanged at all.
     """
     listed = [c for c in value_columns(shape) if c in table.unchanged]
-    if not table.windows or not run.maintenance.exists(run.layout.bronze_snapshots):
+    if not table.windows or not run.lake.bronze_snapshots.exists():
         return listed
     partial = _window_history(run, table).filter(
         F.size(F.coalesce(F.col("unchanged_toast"), F.array())) > 0)
@@ -308,7 +306,7 @@ def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
 
 def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
     """Materialize the batch's typed events (Parquet, overwritten by the next run)."""
-    path = str(run.layout.state(STAGING) / shape.schema / shape.table)
+    path = run.lake.staging(shape.schema, shape.table).uri
     frame = frame.drop(XID, OLD_KEY)
     frame.write.mode("overwrite").parquet(path)
     return run.spark.read.schema(frame.schema).parquet(path)

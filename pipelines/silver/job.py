@@ -12,16 +12,15 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import SparkSession
 
 from pipelines.catalog import TableNames, TableRef
-from pipelines.config import ALL_TABLES, Config
-from pipelines.errors import ConfigError, DataError
+from pipelines.config import Config, configured_tables
+from pipelines.errors import DataError
 from pipelines.ingest.lsn import format_lsn
-from pipelines.lake import LakeLayout
+from pipelines.lake import TableLocation
 from pipelines.silver.apply import SilverContext, apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
@@ -31,7 +30,6 @@ from pipelines.silver.watermarks import Position
 
 log = logging.getLogger(__name__)
 
-PROGRESS_TABLE = "silver_progress"
 
 
 @dataclass(frozen=True)
@@ -62,21 +60,6 @@ class SilverRunReport:
         return tuple(t for t in self.tables if t.error)
 
 
-def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:
-    """The run's scope as schema.table names (None: every table bronze holds)."""
-    wanted = None if not tables else [t if "." in t else f"public.{t}" for t in tables]
-    if config.source.tables == ALL_TABLES:
-        return wanted
-    configured = list(config.source.tables)
-    if wanted is None:
-        return configured
-    unknown = sorted(set(wanted) - set(configured))
-    if unknown:
-        raise ConfigError(f"--table {', '.join(unknown)}: not in source.tables "
-                          f"({', '.join(configured)})")
-    return wanted
-
-
 def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None = None,
                rebuild: Sequence[str] = ()) -> SilverRunReport:
     """Apply the bronze that is new since the last run to every table in scope.
@@ -85,17 +68,17 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     to rebuild from all of bronze (their silver and tombstone tables are replaced).
     """
     started = time.monotonic()
-    layout = LakeLayout(config.lake.path)
     names = TableNames.from_config(config)
+    lake = names.lake
     maintenance = maintenance_for(config, spark)
-    maintenance.register_all(spark, layout.root / "silver")
+    maintenance.register_all(spark, lake)
     scope = configured_tables(config, list(tables or []) + list(rebuild) or None)
     rebuild = [t if "." in t else f"public.{t}" for t in rebuild]
-    if not maintenance.exists(layout.bronze_changes):
-        log.info("silver: no bronze yet at %s", layout.bronze_changes)
+    if not lake.bronze_changes.exists():
+        log.info("silver: no bronze yet at %s", lake.bronze_changes)
         return SilverRunReport(None)
-    progress_path = layout.state(PROGRESS_TABLE)
-    progress_exists = maintenance.exists(progress_path)
+    progress_path = lake.silver_progress
+    progress_exists = progress_path.exists()
     progress = read_progress(spark, progress_path, progress_exists)
     if rebuild:  # first record the intent: a crash mid-rebuild must not resume half-way
         write_progress(spark, progress_path, progress_exists,
@@ -104,8 +87,8 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         progress = replace(progress, tables={**progress.tables,
                                              **{t: TableProgress(START) for t in rebuild}})
 
-    changes = spark.read.format("delta").load(str(layout.bronze_changes))
-    run = SilverContext(spark, layout, maintenance,
+    changes = spark.read.format("delta").load(lake.bronze_changes.uri)
+    run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names)
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     reports: dict[str, TableReport] = {}
@@ -180,7 +163,8 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
     return reports, new_progress
 
 
-def _trim_logs(run: SilverContext, tables: Sequence[str], progress_path: Path) -> None:
+def _trim_logs(run: SilverContext, tables: Sequence[str],
+               progress_path: TableLocation) -> None:
     """Keep the Delta logs this run committed to short (pipelines.lake.LOG_RETENTION)."""
     for name in tables:
         schema, table = name.split(".", 1)

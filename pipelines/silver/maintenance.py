@@ -1,22 +1,21 @@
 """The little table maintenance silver needs, behind one adapter per place it runs.
 
 Sail has no Delta maintenance SQL and an in-memory catalog (docs/architecture.md portability rules
-1 and 8), so on the local and spark engines delta-rs answers "is there a Delta table at
-this path" and silver tables (Delta paths) are registered in the session catalog at the
-start of every run; on Databricks Spark answers, and silver tables need no registering:
-they are Unity Catalog managed tables from the start (pipelines.catalog names them).
+1 and 8), so on the local and spark engines silver tables (Delta paths in the lake) are
+registered in the session catalog at the start of every run and delta-rs trims their
+logs; on Databricks silver tables need neither: they are Unity Catalog managed tables
+from the start (pipelines.catalog names them).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol
 
 from pyspark.sql import SparkSession
 
 from pipelines.catalog import TableRef, quote, silver_table_name
 from pipelines.config import Config
-from pipelines.lake import trim_log
+from pipelines.lake import Lake, TableLocation, trim_log
 
 CATALOG_DATABASE = "silver"
 table_name = silver_table_name  # users, sales_orders: the name in a catalog
@@ -28,29 +27,21 @@ def catalog_name(schema: str, table: str) -> str:
 
 
 class Maintenance(Protocol):
-    def exists(self, path: Path) -> bool:
-        """Whether a Delta table is at `path`."""
-
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         """Make the silver table of schema.table queryable by name (a catalog table is)."""
 
-    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
-        """Register every silver table under `root` (<lake>/silver): at session start."""
+    def register_all(self, spark: SparkSession, lake: Lake) -> list[str]:
+        """Register every silver table of the lake: at session start."""
 
     def trim_log(self, table: TableRef) -> None:
         """Delete the table's expired Delta log files (see pipelines.lake.LOG_RETENTION)."""
 
 
 class LocalMaintenance:
-    """delta-rs on the local file system; tables registered in the in-memory catalog."""
+    """Tables registered in the session's in-memory catalog; logs trimmed by delta-rs."""
 
-    # (session, name) -> path registered, for as long as the process runs
-    _registered: dict[tuple[int, str], Path] = {}
-
-    def exists(self, path: Path) -> bool:
-        from deltalake import DeltaTable
-
-        return DeltaTable.is_deltatable(str(path))
+    # (session, name) -> table registered, for as long as the process runs
+    _registered: dict[tuple[int, str], TableLocation] = {}
 
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         # The catalog lives as long as the session: the name may still point at another
@@ -63,21 +54,17 @@ class LocalMaintenance:
             return
         database = name.split(".", 1)[0]
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-        location = str(path).replace("\\", "\\\\").replace("'", "\\'")
+        location = path.uri.replace("\\", "\\\\").replace("'", "\\'")
         spark.sql(f"DROP TABLE IF EXISTS {name}")
         spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{location}'")
         self._registered[(id(spark), name)] = path
 
-    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
+    def register_all(self, spark: SparkSession, lake: Lake) -> list[str]:
         names = []
-        if not root.is_dir():
-            return names
-        for schema_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for table_dir in sorted(p for p in schema_dir.iterdir() if p.is_dir()):
-                if self.exists(table_dir):
-                    self.register(spark, schema_dir.name, table_dir.name,
-                                  TableRef(path=table_dir))
-                    names.append(catalog_name(schema_dir.name, table_dir.name))
+        for schema in lake.children("silver"):
+            for table in lake.delta_tables("silver", schema):
+                self.register(spark, schema, table, TableRef(path=lake.silver(schema, table)))
+                names.append(catalog_name(schema, table))
         return names
 
     def trim_log(self, table: TableRef) -> None:
@@ -92,19 +79,10 @@ class DatabricksMaintenance:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def exists(self, path: Path) -> bool:
-        from pyspark.errors import AnalysisException
-
-        try:
-            self.spark.read.format("delta").load(str(path)).schema
-        except AnalysisException:
-            return False
-        return True
-
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         return None  # managed tables are queryable by name from their creation
 
-    def register_all(self, spark: SparkSession, root: Path) -> list[str]:
+    def register_all(self, spark: SparkSession, lake: Lake) -> list[str]:
         return []  # Unity Catalog persists
 
     def trim_log(self, table: TableRef) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pipelines.catalog import delta_path
+from pipelines.lake import TableLocation
 from pipelines.silver.watermarks import Position
 
 SCHEMA = ("table_name string, lsn long, change_index long, floor_lsn long, "
@@ -47,12 +47,12 @@ class Progress:
         return self.tables.get(table) or TableProgress(self.scanned)
 
 
-def read_progress(spark: SparkSession, path: Path, exists: bool) -> Progress:
+def read_progress(spark: SparkSession, path: TableLocation, exists: bool) -> Progress:
     """The state table's content (empty progress when it does not exist yet)."""
     if not exists:
         return Progress()
     tables, scanned = {}, START
-    for row in spark.read.format("delta").load(str(path)).collect():
+    for row in spark.read.format("delta").load(path.uri).collect():
         position = (row.lsn, row.change_index)
         if row.table_name == ALL:
             scanned = position
@@ -62,7 +62,7 @@ def read_progress(spark: SparkSession, path: Path, exists: bool) -> Progress:
     return Progress(tables, scanned)
 
 
-def write_progress(spark: SparkSession, path: Path, exists: bool,
+def write_progress(spark: SparkSession, path: TableLocation, exists: bool,
                    tables: dict[str, TableProgress], scanned: Position | None) -> None:
     """Upsert the given tables' rows (and the "*" row unless `scanned` is None): one commit."""
     now = datetime.now(timezone.utc)
@@ -74,7 +74,7 @@ def write_progress(spark: SparkSession, path: Path, exists: bool,
         return
     updates = spark.createDataFrame(rows, SCHEMA)
     if not exists:
-        updates.write.format("delta").save(str(path))
+        updates.write.format("delta").save(path.uri)
         return
     view = "_lakehouse_silver_progress"
     updates.createOrReplaceTempView(view)

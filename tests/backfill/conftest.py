@@ -9,13 +9,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-from deltalake import DeltaTable
 
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.bronze.schema import SHAPE_LISTS
 from pipelines.config import Config, parse_config
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
 
@@ -43,7 +42,7 @@ def backfill(config: Config, *tables: str, chunk_size: int = 50, restart: bool =
 def snapshot_rows(config: Config, table: str | None = None) -> list[dict]:
     """bronze/snapshots rows, each with its chunk's shape lists (the backfill writes them
     on the chunk's row 0 only)."""
-    snapshots = DeltaTable(str(LakeLayout(config.lake.path).bronze_snapshots))
+    snapshots = Lake.from_config(config).bronze_snapshots.open()
     rows = snapshots.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()  # see StateStore.all
     shapes = {(r["backfill_id"], r["chunk_id"]): {k: r[k] for k in SHAPE_LISTS}
               for r in rows if r["row_index"] == 0}
@@ -55,7 +54,7 @@ def snapshot_rows(config: Config, table: str | None = None) -> list[dict]:
 
 
 def states(config: Config) -> list[BackfillState]:
-    return StateStore(LakeLayout(config.lake.path).state("backfills")).all()
+    return StateStore(Lake.from_config(config).backfills).all()
 
 
 def select_text(dsn: str, query: str) -> list[tuple[str | None, ...]]:

@@ -13,7 +13,7 @@ import pipelines.backfill.bronze as bronze
 import pipelines.backfill.job as job
 from pipelines.backfill.chunk import ShapeCache, SnapshotBuilder, read_chunk
 from pipelines.bronze.schema import SHAPE_LISTS
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake, TableLocation
 from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
                                      snapshot_rows)
@@ -33,7 +33,7 @@ def events(source_dsn, lake):
 
 def commits(config) -> list[dict]:
     """bronze/snapshots commits of backfills, oldest first."""
-    history = DeltaTable(str(LakeLayout(config.lake.path).bronze_snapshots)).history()
+    history = Lake.from_config(config).bronze_snapshots.open().history()
     return sorted((c for c in history if "lakehouse.chunk_ids" in c), key=lambda c: c["version"])
 
 
@@ -81,14 +81,17 @@ def test_waiting_chunks_share_a_commit_that_precedes_their_high_watermarks(
 
 def test_writer_reopens_the_table_every_reopen_commits(events, monkeypatch):
     opened = []
+    open_table = TableLocation.open
 
-    def counting_table(path: str) -> DeltaTable:
-        opened.append(path)
-        return DeltaTable(path)
+    def counting_open(self: TableLocation) -> DeltaTable:
+        if self.uri.endswith("bronze/snapshots"):
+            opened.append(self.uri)
+        return open_table(self)
 
     monkeypatch.setattr(bronze, "REOPEN_COMMITS", 2)
-    monkeypatch.setattr(bronze, "DeltaTable", counting_table)
+    monkeypatch.setattr(TableLocation, "open", counting_open)
     backfill(events, chunk_size=25)
+    monkeypatch.setattr(TableLocation, "open", open_table)
     assert_every_row_once(events)
     made = len(commits(events))
     assert made >= 3 and len(opened) == 1 + (made - 1) // 2

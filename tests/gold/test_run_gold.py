@@ -9,17 +9,17 @@ from pipelines.cli import main
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.reports import REPORT_NAMES, REPORTS
 from pipelines.gold.run import run_gold
-from pipelines.lake import LakeLayout
+from pipelines.lake import Lake
 
 pytestmark = pytest.mark.spark
 
 
-def write_silver(make_silver_frame, layout: LakeLayout, tables) -> None:
+def write_silver(make_silver_frame, layout: Lake, tables) -> None:
     for table in tables:
         make_silver_frame(table).write.format("delta").save(str(layout.silver("public", table)))
 
 
-def gold_rows(spark, layout: LakeLayout) -> dict:
+def gold_rows(spark, layout: Lake) -> dict:
     return {name: sorted(tuple(r) for r in
                          spark.read.format("delta").load(str(layout.gold(name))).collect())
             for name in REPORT_NAMES}
@@ -27,7 +27,7 @@ def gold_rows(spark, layout: LakeLayout) -> dict:
 
 def test_run_gold_writes_every_report_and_a_rerun_is_identical(
         spark, make_silver_frame, silver_rows, expected_reports, tmp_path):
-    layout = LakeLayout(tmp_path / "lake")
+    layout = Lake.of(tmp_path / "lake")
     write_silver(make_silver_frame, layout, silver_rows)
 
     first = run_gold(spark, layout)
@@ -58,7 +58,7 @@ def test_run_gold_writes_every_report_and_a_rerun_is_identical(
 
 def test_gold_verb_builds_what_it_can_and_names_missing_silver(
         spark, make_silver_frame, expected_reports, tmp_path, monkeypatch, capsys):
-    layout = LakeLayout(tmp_path / "lake")
+    layout = Lake.of(tmp_path / "lake")
     write_silver(make_silver_frame, layout, ["time_entries", "users"])
     config = tmp_path / "lakehouse.yml"
     config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{layout.root}'}}\n")

@@ -7,6 +7,7 @@ session's own catalog."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -67,7 +68,7 @@ def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, sil
         assert gold.schema.simpleString() == f"struct<{declared}>"
         assert_df_equality(gold, spark.createDataFrame(expected_reports[name], spec.ddl),
                            ignore_row_order=True, ignore_nullable=True)
-    assert not (config.lake.path / "gold").exists()
+    assert not Path(config.lake.path, "gold").exists()
 
     before = {n: sorted(tuple(r) for r in spark.table(names.gold(n).sql).collect())
               for n in REPORT_NAMES}

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pipelines.config import Config, parse_config
-from pipelines.lake import read_delta
+from pipelines.lake import Lake, read_delta
 from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
 from pipelines.source.setup import run_setup
 
@@ -56,7 +56,7 @@ def ingest(config: Config, until_idle: float = 0.5) -> IngestReport:
 
 
 def bronze(config: Config) -> list[dict]:
-    table = read_delta(config.lake.path / "bronze" / "changes")
+    table = read_delta(Lake.from_config(config).bronze_changes)
     return table.sort_by([("commit_lsn", "ascending"), ("change_index", "ascending")]).to_pylist()
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from pipelines.ingest.pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage,
                                        Truncate, Update, decode_message)
-from pipelines.lake import read_delta
+from pipelines.lake import Lake, read_delta
 from tests.ingest.conftest import bronze, cli
 
 pytestmark = pytest.mark.postgres
@@ -160,7 +160,7 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO items (id, name) SELECT g, 'n' FROM generate_series(1, 30000) g")
     proc = cli(config_path, "-q", "ingest", stderr=subprocess.PIPE)
-    bronze_path = str(source.lake.path / "bronze" / "changes")
+    bronze_path = Lake.from_config(source).bronze_changes.uri
     deadline = time.monotonic() + 60
     landed = 0
     while time.monotonic() < deadline and not 0 < landed < 20000:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -178,7 +179,7 @@ def test_stopping_while_a_transaction_streams_in_leaves_no_files_behind(source, 
     dsn = source.source.dsn
     small_spill = dataclasses.replace(source, ingest=dataclasses.replace(
         source.ingest, spill_rows=200))
-    table = source.lake.path / "bronze" / "changes"
+    table = Path(source.lake.path, "bronze", "changes")
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
         conn.execute("SELECT pg_reload_conf()")

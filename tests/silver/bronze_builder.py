@@ -144,9 +144,9 @@ class BronzeLake:
 
     @property
     def layout(self):
-        from pipelines.lake import LakeLayout
+        from pipelines.lake import Lake
 
-        return LakeLayout(self.root)
+        return Lake.of(self.root)
 
     def append_changes(self, rows: Sequence[Mapping[str, Any]]) -> None:
         from deltalake import write_deltalake
