@@ -20,7 +20,7 @@ java:
 	@scripts/ensure-java.sh
 
 # Delta Lake's jars for classic Spark, fetched from Maven Central once into Ivy's cache.
-$(VENV)/.spark-jars: $(VENV)/.installed | java
+$(VENV)/.spark-jars: $(VENV)/.installed scripts/fetch-spark-jars.py | java
 	$(BIN)/python scripts/fetch-spark-jars.py
 	touch $@
 

@@ -1,7 +1,7 @@
 """`lakehouse`: the command line. Thin: parse, load config, call the verb's run function.
 
 Exit codes (docs/architecture.md): 0 ok, 1 verification difference, 2 usage/config error,
-3 source problem, 4 data error.
+3 source problem, 4 data error, 5 lake storage error.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import psycopg
+from deltalake.exceptions import DeltaError
+from obstore.exceptions import BaseError as ObstoreError
 
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
-from pipelines.errors import LakehouseError, SourceError
+from pipelines.errors import LakehouseError, SourceError, StorageError
+from pipelines.storage import RedactSecrets, redact
 
 log = logging.getLogger("lakehouse")
 
@@ -40,7 +43,8 @@ Postgres change data capture into a Delta Lake lakehouse.
 Configuration is one YAML file (--config PATH or ${CONFIG_ENV}); the source DSN
 may come from ${DSN_ENV} so no password sits in a file.
 Exit codes: 0 ok, 1 verify found differences, 2 usage or config error,
-3 source problem (unreachable, wal_level, slot, privileges), 4 corrupt data."""
+3 source problem (unreachable, wal_level, slot, privileges), 4 corrupt data,
+5 lake storage problem (unreachable, credentials, refused request)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,14 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.lake import Lake
     from pipelines.source.setup import run_setup
 
+    lake = Lake.from_config(config)
+    lake.check_conditional_writes()
     report = run_setup(config.source)
     print(f"tables:      {', '.join(report.tables)}")
     print(f"publication: {config.source.publication} "
           f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")
     print(f"slot:        {config.source.slot} "
           f"({'created' if report.slot_created else 'exists'}, at {report.slot_lsn})")
+    print(f"lake:        {lake.root}" + ("" if lake.is_local else " (conditional writes: ok)"))
     return 0
 
 
@@ -145,6 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("failed", exc_info=True)
         print(f"lakehouse {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (OSError, DeltaError, ObstoreError) as exc:  # the lake's store, most often
+        log.debug("failed", exc_info=True)
+        first = redact(str(exc).strip()).splitlines()[0] if str(exc).strip() else ""
+        print(f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: {first} "
+              "(check lake.path, lake.storage_options and the store's credentials in the "
+              "environment; docs/storage.md)", file=sys.stderr)
+        return StorageError.exit_code
     except psycopg.Error as exc:  # a database error no layer turned into a clearer one
         log.debug("failed", exc_info=True)
         print(f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
@@ -159,6 +174,8 @@ def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())
     if not verbose:  # Spark Connect and gRPC chatter is noise to a pipeline operator
         for noisy in ("py4j", "pyspark", "grpc", "urllib3"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -21,6 +21,12 @@ class SourceError(LakehouseError):
     exit_code = 3
 
 
+class StorageError(LakehouseError):
+    """The lake's store is unreachable or refused a request (exit 5)."""
+
+    exit_code = 5
+
+
 class DataError(LakehouseError):
     """Input that cannot be processed safely, e.g. a corrupt message (exit 4)."""
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Mapping, Union
 
 from pipelines import storage
+from pipelines.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -133,6 +135,28 @@ class Lake:
                  if modified_before is None or meta["last_modified"] < modified_before]
         if paths:
             obstore.delete(self._files, paths)
+
+    def check_conditional_writes(self) -> None:
+        """ConfigError unless the store refuses to create an object that exists: Delta
+        commits rely on it to keep two writers from overwriting each other's version
+        (local disks and Unity Catalog volumes have it)."""
+        if self.is_local:
+            return
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        probe = f"_state/.conditional-write-probe-{uuid.uuid4().hex}"
+        obstore.put(self._files, probe, b"", mode="create")
+        try:
+            obstore.put(self._files, probe, b"", mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return
+        finally:
+            obstore.delete(self._files, probe)
+        raise ConfigError(f"lake.path: the store behind {self.root} overwrote an existing "
+                          "object on a create-only write: two writers could overwrite each "
+                          "other's Delta commits. Use a store with conditional writes (AWS S3, "
+                          "MinIO, Azure Blob, GCS; docs/storage.md)")
 
     def uri(self, path: str) -> str:
         """root/path as the engines address it (Spark reads verify's scratch files)."""

@@ -11,6 +11,7 @@ It is pure but for `object_store` and `secret_values`, which read the environmen
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import TYPE_CHECKING, Mapping
@@ -112,7 +113,7 @@ def object_store(root: str, options: Mapping[str, str]) -> "ObjectStore":
         name = re.sub(r"^(aws|azure|google)_", "", key)
         if name in _CLIENT_OPTIONS:  # HTTP client settings: obstore takes them apart
             client[name] = value
-        elif key != "aws_conditional_put":  # obstore does not commit Delta versions
+        else:
             config[key] = value
     return from_url(_object_store_url(root), config=config, client_options=client)
 
@@ -199,6 +200,22 @@ def check_spark_url(uri: str) -> None:
     if uri.startswith("az://"):
         raise ConfigError(f"lake.path: got {uri!r}; classic Spark reaches Azure through "
                           "ABFS: use abfss://container@account.dfs.core.windows.net/prefix")
+
+
+class RedactSecrets(logging.Filter):
+    """Replaces the environment's credentials in every log record with ***: an error
+    from a store's SDK may quote the request it failed on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
+        if record.exc_info and record.exc_info[1] is not None:
+            text = logging.Formatter().formatException(record.exc_info)
+            if redact(text) != text:
+                record.exc_info, record.exc_text = None, redact(text)
+        return True
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -127,7 +127,10 @@ def start_azurite(workdir: Path) -> StoreServer:
     filesystem = pafs.AzureFileSystem(
         account_name=AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=authority,
         dfs_storage_authority=authority, blob_storage_scheme="http", dfs_storage_scheme="http")
-    env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY}
-    options = {"azure_storage_endpoint": f"http://{authority}/{AZURITE_ACCOUNT}",
-               "azure_allow_http": "true"}
+    # Emulator mode: object_store (delta-rs, Sail, obstore) then lists the way Azurite
+    # understands (with an explicit endpoint it lists from an offset, which Azurite
+    # mishandles: appends after the first fail), at AZURITE_BLOB_STORAGE_URL.
+    env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+           "AZURITE_BLOB_STORAGE_URL": f"http://{authority}"}
+    options = {"azure_storage_use_emulator": "true"}
     return StoreServer("az", process, env, options, filesystem)

@@ -1,5 +1,6 @@
 """The lake on real object stores (MinIO for S3, Azurite for Azure Blob): table locations,
-existence, listing, log trimming, and delta-rs commits that two writers race for."""
+existence, listing, log trimming, delta-rs commits that two writers race for, and what
+a user sees when the store refuses the credentials."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 
+import psycopg
 import pyarrow as pa
+import yaml
 from deltalake import write_deltalake
 
 import pipelines.lake as lake_module
@@ -59,7 +62,9 @@ def test_trim_log_deletes_expired_log_files_on_the_store(store, monkeypatch):
 
 RACER = textwrap.dedent("""
     import sys
-    import pyarrow as pa
+    import psycopg
+import pyarrow as pa
+import yaml
     from deltalake import CommitProperties, write_deltalake
     from pipelines.lake import TableLocation
     uri, writer, commits = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -110,3 +115,29 @@ def test_the_ingest_spills_streamed_transactions_to_local_disk_on_a_store(s3, tm
         assert local.spill_directory == tmp_path / "bronze" and local.files_patchable
     finally:
         local.close()
+
+
+def lakehouse(config, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
+                           *args], capture_output=True, text=True, timeout=300)
+
+
+def test_setup_checks_the_store_refuses_to_overwrite_and_bad_credentials_exit_5(
+        s3, source_dsn, tmp_path, monkeypatch):
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(yaml.safe_dump({
+        "source": {"dsn": source_dsn},
+        "lake": {"path": s3.new_lake(), "storage_options": s3.storage_options}}))
+    with psycopg.connect(source_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    done = lakehouse(config, "setup")
+    assert done.returncode == 0, done.stderr
+    assert "(conditional writes: ok)" in done.stdout
+
+    wrong = "wrong-secret-" + "x" * 20
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    for verb in (["status"], ["-v", "setup"], ["-v", "ingest", "--until-idle", "1"]):
+        failed = lakehouse(config, *verb)
+        assert failed.returncode == 5, failed.stderr[-2000:]
+        assert "lake storage error" in failed.stderr
+        assert wrong not in failed.stdout + failed.stderr

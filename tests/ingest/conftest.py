@@ -10,9 +10,12 @@ import psycopg
 import pytest
 
 from pipelines.config import Config, parse_config
+from pipelines.ingest.pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage,
+                                       Truncate, Update, decode_message)
 from pipelines.lake import Lake, read_delta
 from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
 from pipelines.source.setup import run_setup
+from pipelines.source.text_format import with_text_format
 
 TABLES_SQL = """
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -63,3 +66,39 @@ def bronze(config: Config) -> list[dict]:
 def cli(config_path: Path, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config",
                              str(config_path), *args], **kwargs)
+
+
+def reference_positions(dsn: str, slot: str = "reference") -> list[tuple[int, int, str, tuple]]:
+    """Every change of the publication, with positions, read through another slot: row
+    changes with their values (a delete with its key), logical messages with their
+    prefix (backfill watermarks), truncates (one per table). Values in the text formats
+    the ingest's session sets (ISO intervals, ...)."""
+    with psycopg.connect(with_text_format(dsn)) as conn:
+        rows = conn.execute(
+            "SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, "
+            "'proto_version', '1', 'publication_names', 'lakehouse', 'messages', 'true')",
+            (slot,)).fetchall()
+    result, commit_lsn, index = [], None, 0
+    for (data,) in rows:
+        message = decode_message(data)
+        if isinstance(message, Begin):
+            commit_lsn, index = message.final_lsn, 0
+        elif isinstance(message, (Insert, Update)):
+            result.append((commit_lsn, index, type(message).__name__.lower(),
+                           tuple(None if not isinstance(v, str) else v for v in message.new)))
+            index += 1
+        elif isinstance(message, Delete):
+            result.append((commit_lsn, index, "delete", (message.old[0],)))
+            index += 1
+        elif isinstance(message, LogicalMessage) and message.transactional:
+            result.append((commit_lsn, index, "message", (message.prefix,)))
+            index += 1
+        elif isinstance(message, Truncate):  # one bronze row per table
+            for _ in message.relation_ids:
+                result.append((commit_lsn, index, "truncate", ()))
+                index += 1
+        elif isinstance(message, LogicalMessage):
+            raise AssertionError("no non-transactional messages expected")
+        elif isinstance(message, Commit):
+            assert message.commit_lsn == commit_lsn
+    return result

@@ -18,10 +18,8 @@ import psycopg
 import pytest
 import yaml
 
-from pipelines.ingest.pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage,
-                                       Truncate, Update, decode_message)
 from pipelines.lake import Lake, read_delta
-from tests.ingest.conftest import bronze, cli
+from tests.ingest.conftest import bronze, cli, reference_positions
 
 pytestmark = pytest.mark.postgres
 
@@ -64,32 +62,6 @@ def wait_until_streaming(dsn: str, timeout: float = 30) -> None:
                 return
         time.sleep(0.1)
     raise AssertionError("the ingest never attached to the slot")
-
-
-def reference_positions(dsn: str) -> list[tuple[int, int, str, tuple]]:
-    """Every change of the publication, with positions, read through another slot."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT data FROM pg_logical_slot_get_binary_changes('reference', NULL, NULL, "
-            "'proto_version', '1', 'publication_names', 'lakehouse', 'messages', 'true')"
-        ).fetchall()
-    result, commit_lsn, index = [], None, 0
-    for (data,) in rows:
-        message = decode_message(data)
-        if isinstance(message, Begin):
-            commit_lsn, index = message.final_lsn, 0
-        elif isinstance(message, (Insert, Update)):
-            result.append((commit_lsn, index, type(message).__name__.lower(),
-                           tuple(None if not isinstance(v, str) else v for v in message.new)))
-            index += 1
-        elif isinstance(message, Delete):
-            result.append((commit_lsn, index, "delete", (message.old[0],)))
-            index += 1
-        elif isinstance(message, (Truncate, LogicalMessage)):
-            raise AssertionError("the workload emits no truncates or messages")
-        elif isinstance(message, Commit):
-            assert message.commit_lsn == commit_lsn
-    return result
 
 
 def kill_loop_config(source, tmp_path, **ingest) -> Path:
