@@ -1,6 +1,7 @@
 """Silver, gold and verify on a real Spark standalone cluster: a master and two workers in
-their own JVMs on loopback, with `spark.master` pointing at it. The executors run in the
-workers' own directories, so nothing may depend on state that only the driver has.
+their own JVMs on loopback, with `spark.master` pointing at it, and the lake on S3
+(MinIO). The executors run in the workers' own directories and share no disk with the
+driver, as on a cluster: nothing may depend on state that only the driver has.
 
 The cluster runs beside whichever engine this pytest process uses: every Spark verb is a
 `lakehouse` process of its own (engine spark), as a job on a cluster would be.
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path, s3):  # the store's credentials reach the workers' environment
     cluster = StandaloneCluster(tmp_path / "cluster")
     cluster.base.mkdir()
     try:
@@ -41,14 +42,15 @@ def lakehouse(config, *args: str, timeout: float = 600) -> subprocess.CompletedP
     return result
 
 
-def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster):
+def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster, s3):
     with psycopg.connect(source_dsn) as conn:
         create_schema(conn)
         seed(conn, 300)
+    lake_url = s3.new_lake()
     config = tmp_path / "lakehouse.yml"
     config.write_text(yaml.safe_dump({
         "source": {"dsn": source_dsn, "tables": DEMO_TABLES},
-        "lake": {"path": str(tmp_path / "lake")},
+        "lake": {"path": lake_url, "storage_options": s3.storage_options},
         "engine": "spark",
         "spark": {"master": cluster.url, "conf": {  # generated code on: the engine's default
             "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2",
@@ -69,9 +71,10 @@ def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path
 
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
-    layout = Lake.of(tmp_path / "lake")
+    lake = Lake.of(lake_url, s3.storage_options)
     for report in REPORT_NAMES:
-        assert read_delta(layout.gold(report)).num_rows > 0, report
+        assert read_delta(lake.gold(report)).num_rows > 0, report
+    assert not (tmp_path / "lake").exists()
     # Both workers' executors ran tasks of these jobs, in their own work directories.
     for n in range(cluster.workers):
         logs = "".join(cluster.executor_logs(n))

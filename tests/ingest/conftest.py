@@ -30,19 +30,30 @@ CREATE TABLE unpublished (id int PRIMARY KEY, v text);
 """
 
 
-def make_config(dsn: str, lake: Path, **ingest) -> Config:
+def make_config(dsn: str, lake: Path | str, storage_options: dict | None = None,
+                **ingest) -> Config:
     settings = {"batch_seconds": 0.1, "status_interval_seconds": 1, **ingest}
     return parse_config({"source": {"dsn": dsn, "tables": ["public.items", "public.members"]},
-                         "lake": {"path": str(lake)}, "ingest": settings},
-                        base_dir=lake.parent, environ={})
+                         "lake": {"path": str(lake), "storage_options": storage_options or {}},
+                         "ingest": settings},
+                        base_dir=Path.cwd(), environ={})
 
 
 @pytest.fixture
 def source(source_dsn, tmp_path) -> Config:
     """A database with the test tables, publication and slot, and a config for it."""
-    with psycopg.connect(source_dsn, autocommit=True) as conn:
+    return _source(make_config(source_dsn, tmp_path / "lake"))
+
+
+@pytest.fixture
+def s3_source(source_dsn, s3) -> Config:
+    """`source` with its lake on S3 (MinIO)."""
+    return _source(make_config(source_dsn, s3.new_lake(), s3.storage_options))
+
+
+def _source(config: Config) -> Config:
+    with psycopg.connect(config.source.dsn, autocommit=True) as conn:
         conn.execute(TABLES_SQL)
-    config = make_config(source_dsn, tmp_path / "lake")
     run_setup(config.source)
     return config
 

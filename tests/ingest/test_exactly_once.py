@@ -18,6 +18,7 @@ import psycopg
 import pytest
 import yaml
 
+from pipelines.config import Config
 from pipelines.lake import Lake, read_delta
 from tests.ingest.conftest import bronze, cli, reference_positions
 
@@ -72,7 +73,7 @@ def kill_loop_config(source, tmp_path, **ingest) -> Path:
     config_path = tmp_path / "lakehouse.yml"
     config_path.write_text(yaml.safe_dump({
         "source": {"dsn": source.source.dsn, "tables": ["public.items", "public.members"]},
-        "lake": {"path": str(source.lake.path)},
+        "lake": {"path": source.lake.path, "storage_options": dict(source.lake.storage_options)},
         "ingest": {"batch_seconds": 0.05, **ingest}}))
     return config_path
 
@@ -160,6 +161,17 @@ def test_sigkill_while_large_transactions_stream_in(source, pg_server, tmp_path)
     """Transactions past logical_decoding_work_mem stream in (protocol v2) and become
     bronze files before their commit; kills land between files, before and after their
     commit, and in replays that land through the batch path."""
+    kill_while_streaming(source, pg_server, tmp_path)
+
+
+def test_sigkill_while_large_transactions_stream_in_with_the_lake_on_s3(s3_source, pg_server,
+                                                                         tmp_path):
+    """The same on S3, where a streamed transaction's files are spilled to local disk
+    and read back at its commit (an object cannot be patched in place)."""
+    kill_while_streaming(s3_source, pg_server, tmp_path)
+
+
+def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
     dsn = source.source.dsn
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
