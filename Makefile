@@ -45,12 +45,13 @@ test: install spark-jars object-stores
 	$(PYTEST) --engine spark -m spark -n 2
 
 # Benchmarks print rates next to the physical limit measured in the same run.
-bench: install
+bench: install object-stores
 	$(BIN)/python -m bench.ingest_bench
 	$(BIN)/python -m bench.backfill_bench
 	$(BIN)/python -m bench.silver_bench
 	$(BIN)/python -m bench.silver_first_run
 	$(BIN)/python -m bench.delta_log_bench
+	$(BIN)/python -m bench.object_store_bench
 
 clean:
 	rm -rf $(VENV) .lakehouse lake

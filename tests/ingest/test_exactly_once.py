@@ -171,6 +171,19 @@ def test_sigkill_while_large_transactions_stream_in_with_the_lake_on_s3(s3_sourc
     kill_while_streaming(s3_source, pg_server, tmp_path)
 
 
+def streamed_transactions(dsn: str, wait: float = 15) -> int:
+    """The slot's streamed transactions, once the server has published its statistics
+    (a walsender reports them at exit; under load that lags)."""
+    deadline = time.monotonic() + wait
+    while True:
+        with psycopg.connect(dsn) as conn:
+            streamed = conn.execute("SELECT stream_txns FROM pg_stat_replication_slots "
+                                    "WHERE slot_name = 'lakehouse'").fetchone()[0]
+        if streamed > 5 or time.monotonic() > deadline:
+            return streamed
+        time.sleep(0.5)
+
+
 def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
     dsn = source.source.dsn
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
@@ -201,9 +214,7 @@ def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
     final = cli(config_path, "-q", "ingest", "--until-idle", "1.5", stderr=subprocess.PIPE)
     assert final.wait(120) == 0, final.stderr.read().decode()
 
-    with psycopg.connect(dsn) as conn:
-        streamed = conn.execute("SELECT stream_txns FROM pg_stat_replication_slots "
-                                "WHERE slot_name = 'lakehouse'").fetchone()[0]
+    streamed = streamed_transactions(dsn)
     expected = reference_positions(dsn)
     landed = bronze(source)
     actual = [(r["commit_lsn"], r["change_index"], r["op"],
