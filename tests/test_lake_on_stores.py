@@ -62,9 +62,7 @@ def test_trim_log_deletes_expired_log_files_on_the_store(store, monkeypatch):
 
 RACER = textwrap.dedent("""
     import sys
-    import psycopg
-import pyarrow as pa
-import yaml
+    import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
     from pipelines.lake import TableLocation
     uri, writer, commits = sys.argv[1], sys.argv[2], int(sys.argv[3])
