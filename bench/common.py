@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -63,6 +64,15 @@ def lakehouse(config: Path, verb: str, *args: str, **kwargs) -> Run:
     if run.returncode != 0:
         raise SystemExit(f"lakehouse {verb} failed with exit code {run.returncode}")
     return run
+
+
+def changes_and_repeats(doc: str, repeat_help: str) -> argparse.Namespace:
+    """The usual arguments of an ingest benchmark: --changes and --repeat."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3, help=repeat_help)
+    return parser.parse_args()
 
 
 def table(rows: list[list[str]]) -> str:

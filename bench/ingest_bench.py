@@ -13,7 +13,6 @@ the range of the per-pair ratios; each pair and its load average is printed as i
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import sys
@@ -23,7 +22,8 @@ from statistics import median
 
 import psycopg
 
-from bench.common import embedded_server, lakehouse, table, timed, write_config
+from bench.common import (
+    changes_and_repeats, embedded_server, lakehouse, table, timed, write_config)
 from pipelines.embedded_pg import bin_dir
 from pipelines.source.setup import run_setup
 from pipelines.config import SourceConfig
@@ -104,12 +104,8 @@ def _load() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--changes", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of each consumer per workload, alternating (medians)")
-    args = parser.parse_args()
+    args = changes_and_repeats(
+        __doc__, "runs of each consumer per workload, alternating (medians)")
     rows = [["workload", "changes", "recvlogical/s", "recv MB", "ingest/s",
              "ingest/s excl. start-up", "ratio (range)", "ingest peak MB", "ingest CPU s"]]
     print(f"load average {_load()} at the start ({os.cpu_count()} CPUs)", file=sys.stderr)

@@ -16,7 +16,6 @@ read the S3 column as the floor of what a real store adds.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -30,12 +29,11 @@ import pyarrow as pa
 import yaml
 from deltalake import write_deltalake
 
-from bench.common import embedded_server, lakehouse, table, timed
-from pipelines.config import load_config
+from bench.common import changes_and_repeats, embedded_server, lakehouse, table, timed
+from pipelines.config import SourceConfig, load_config
 from pipelines.embedded_pg import bin_dir
 from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
-from pipelines.config import SourceConfig
 from tests.object_stores import start_minio
 
 TABLES = ["public.bench", "public.scratch"]
@@ -152,12 +150,7 @@ def freshness(config_path: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--changes", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs per place, alternating local and S3 (medians)")
-    args = parser.parse_args()
+    args = changes_and_repeats(__doc__, "runs per place, alternating local and S3 (medians)")
     print(f"load average {os.getloadavg()[0]:.2f} at the start", file=sys.stderr)
     with embedded_server() as server, tempfile.TemporaryDirectory() as work:
         minio = start_minio(Path(work))
