@@ -183,13 +183,6 @@ class TableLocation:
         store = storage.store_kind(self.uri)
         return storage.delta_rs_options(store, dict(self.options)) if store else None
 
-    @property
-    def name(self) -> str:
-        return self.uri.rstrip("/").rsplit("/", 1)[-1]
-
-    def child(self, *parts: str) -> "TableLocation":
-        return TableLocation("/".join([self.uri, *parts]), self.options)
-
     def open(self) -> "DeltaTable":
         """The table (delta-rs); TableNotFoundError when there is none."""
         from deltalake import DeltaTable
