@@ -113,12 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup(args: argparse.Namespace, config: Config) -> int:
+    from pipelines.ingest.bronze_writer import landed_lsn
     from pipelines.lake import Lake
     from pipelines.source.setup import run_setup
 
     lake = Lake.from_config(config)
     lake.check_conditional_writes()
-    report = run_setup(config.source)
+    report = run_setup(config.source, landed_lsn(lake.bronze_changes, config.source.slot))
     print(f"tables:      {', '.join(report.tables)}")
     print(f"publication: {config.source.publication} "
           f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")

@@ -99,7 +99,13 @@ def print_status(config: Config, as_json: bool) -> int:
         print("\n".join(status_lines(config, slot, source_error, lake, backfills)))
     if source_error:
         return source_error.exit_code
-    return SourceError.exit_code if slot and slot.wal_status == "lost" else 0
+    lost = slot and (slot.wal_status == "lost" or (not slot.exists and _landed(lake)))
+    return SourceError.exit_code if lost else 0
+
+
+def _landed(lake: LakeStatus) -> bool:
+    """Whether bronze holds whole transactions from the slot."""
+    return lake.bronze_confirmable_lsn not in (None, format_lsn(0))
 
 
 def status_lines(config: Config, slot: SlotStatus | None, source_error: Exception | None,
@@ -108,6 +114,10 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
     lines = []
     if slot is None:
         lines.append(f"source: unreachable ({source_error})")
+    elif not slot.exists and _landed(lake):
+        lines.append(f"slot {slot.slot}: MISSING, but bronze holds changes from it up to "
+                     f"{lake.bronze_confirmable_lsn}: changes after that are lost to this "
+                     "lake; see docs/operations.md, 'Lost or invalidated slot'")
     elif not slot.exists:
         lines.append(f"slot {slot.slot}: missing (run lakehouse setup)")
     else:

@@ -70,6 +70,13 @@ class Progress:
     position: Position = NO_POSITION
 
 
+def landed_lsn(where: Where, app_id: str) -> int:
+    """The end LSN of the last whole transaction bronze holds from slot `app_id` (0: none
+    or no bronze yet); reads only the log."""
+    table = location(where)
+    return (table.open().transaction_version(app_id) or 0) if table.exists() else 0
+
+
 def read_progress(where: Where, app_id: str) -> Progress:
     """Progress recorded by the last ingest commit; creates an empty table if missing."""
     try:

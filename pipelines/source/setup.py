@@ -14,6 +14,7 @@ from psycopg import sql
 
 from pipelines.config import ALL_TABLES, SourceConfig
 from pipelines.errors import SourceError
+from pipelines.ingest.lsn import format_lsn
 from pipelines.source.connection import connect
 
 log = logging.getLogger(__name__)
@@ -30,15 +31,17 @@ class SetupReport:
     slot_lsn: str
 
 
-def run_setup(source: SourceConfig) -> SetupReport:
-    """Validate the server and tables, then create/align the publication and the slot."""
+def run_setup(source: SourceConfig, landed_lsn: int = 0) -> SetupReport:
+    """Validate the server and tables, then create/align the publication and the slot.
+    `landed_lsn`: the end of what the lake's bronze holds from this slot (0: nothing),
+    so that a lost slot is never silently replaced."""
     with connect(source.dsn) as conn:
         check_server(conn)
         tables = resolve_tables(conn, source.tables)
         check_keys(conn, tables)
         try:
             created, changed = ensure_publication(conn, source.publication, tables)
-            slot_created, slot_lsn = ensure_slot(conn, source.slot)
+            slot_created, slot_lsn = ensure_slot(conn, source.slot, landed_lsn)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise SourceError(
                 f"setup lacks a privilege: {exc.diag.message_primary}. Creating the "
@@ -155,11 +158,22 @@ def ensure_publication(conn: psycopg.Connection, name: str,
     return False, True
 
 
-def ensure_slot(conn: psycopg.Connection, slot: str) -> tuple[bool, str]:
-    """Create the pgoutput slot if missing; refuse a slot that cannot be used. (created, lsn)"""
+def ensure_slot(conn: psycopg.Connection, slot: str, landed_lsn: int = 0) -> tuple[bool, str]:
+    """Create the pgoutput slot if missing; refuse a slot that cannot be used. (created, lsn)
+
+    A missing slot whose changes bronze already holds is refused too: a new slot starts
+    at the server's current position, and every change between bronze's end and it
+    (deletes included) would silently never reach the lake."""
     row = conn.execute(
         "SELECT plugin, database, wal_status, confirmed_flush_lsn::text "
         "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None and landed_lsn:
+        raise SourceError(
+            f"replication slot {slot!r} is missing, but the lake's bronze holds changes from "
+            f"it up to {format_lsn(landed_lsn)}: a new slot would start later, and the "
+            "changes in between (deletes included) would never reach the lake. Follow "
+            "docs/operations.md, 'Lost or invalidated slot': a fresh lake (an empty "
+            "lake.path) and a full backfill.")
     if row is None:
         lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, "
                            "'pgoutput')", (slot,)).fetchone()[0]
