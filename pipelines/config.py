@@ -245,15 +245,13 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
             expected = "a list of jar paths"
             value = tuple(value) if ok else value
-        elif f.name == "storage_options":
-            ok = isinstance(value, Mapping)
-            expected = "a mapping of delta-rs storage option names to values"
-        elif f.name == "conf":
+        elif f.name in ("conf", "storage_options"):
             ok = isinstance(value, Mapping) and all(
                 isinstance(k, str) and k and isinstance(v, (str, int, float, bool))
                 for k, v in value.items())
-            expected = "a mapping of Spark property names to values"
-            value = {k: _spark_value(v) for k, v in value.items()} if ok else value
+            expected = ("a mapping of Spark property names to values" if f.name == "conf"
+                        else "a mapping of delta-rs storage option names to values")
+            value = {k: _setting_text(v) for k, v in value.items()} if ok else value
         elif f.name == "tables":
             ok = value == ALL_TABLES or (isinstance(value, list) and value
                                          and all(isinstance(t, str) for t in value))
@@ -267,8 +265,9 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
     return cls(**kwargs)
 
 
-def _spark_value(value: str | int | float | bool) -> str:
-    """A Spark property value as Spark spells it (YAML's true is Spark's "true")."""
+def _setting_text(value: str | int | float | bool) -> str:
+    """A setting passed on as text, spelled as Spark and delta-rs spell it (YAML's true
+    is "true")."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -12,6 +12,7 @@ import atexit
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -30,11 +31,14 @@ SHUFFLE_PARTITIONS = "4"
 
 def get_spark(config: "Config") -> "SparkSession":
     """The session for `config.engine`, set up to reach the lake wherever it lives
-    (pipelines.storage); on a local lake its warehouse dir is <lake>/_warehouse."""
+    (pipelines.storage). Its warehouse dir is <lake>/_warehouse on a local lake, else
+    one in the temp directory: the session catalog holds only external tables, and a
+    relative default would put a directory wherever the job happens to run."""
     from pipelines.lake import Lake
 
     lake = Lake.from_config(config)
-    warehouse = lake.uri("_warehouse") if lake.is_local else None
+    warehouse = (lake.uri("_warehouse") if lake.is_local
+                 else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))
     options = dict(lake.options)
     if config.engine == "local":
         os.environ.update(storage.sail_environment(lake.store, options))
@@ -48,7 +52,7 @@ def get_spark(config: "Config") -> "SparkSession":
     raise ConfigError(f"engine: got {config.engine!r}, expected local, spark or databricks")
 
 
-def start_local_session(warehouse: str | Path | None = None) -> "SparkSession":
+def start_local_session(warehouse: str | Path) -> "SparkSession":
     """Start Sail in-process on an ephemeral loopback port and connect to it. Sail reads
     an object store's settings and credentials from this process's environment."""
     from pysail.spark import SparkConnectServer
@@ -57,10 +61,9 @@ def start_local_session(warehouse: str | Path | None = None) -> "SparkSession":
     server = SparkConnectServer("127.0.0.1", 0)
     server.start(background=True)
     host, port = server.listening_address
-    builder = SparkSession.builder.remote(f"sc://{host}:{port}")
-    if warehouse is not None:
-        builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
-    spark = (builder.config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
+    spark = (SparkSession.builder.remote(f"sc://{host}:{port}")
+             .config("spark.sql.warehouse.dir", str(warehouse))
+             .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
 
@@ -88,7 +91,7 @@ CLASSIC_CONF = {
 CONNECT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
-def start_classic_session(warehouse: str | Path | None = None, master: str = "local[2]",
+def start_classic_session(warehouse: str | Path, master: str = "local[2]",
                           jars: tuple[str, ...] = (),
                           conf: Mapping[str, str] | None = None,
                           packages: list[str] | None = None) -> "SparkSession":
@@ -108,9 +111,8 @@ def start_classic_session(warehouse: str | Path | None = None, master: str = "lo
     # engine spark asks for the classic session.
     for variable in CONNECT_VARIABLES:
         os.environ.pop(variable, None)
-    builder = SparkSession.builder.master(master).appName("lakehouse")
-    if warehouse is not None:
-        builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
+    builder = SparkSession.builder.master(master).appName("lakehouse") \
+        .config("spark.sql.warehouse.dir", str(warehouse))
     for key, value in {**CLASSIC_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     try:

@@ -66,11 +66,11 @@ def check_lake_url(uri: str) -> None:
         raise ConfigError(f"lake.path: got {uri!r}; expected one of {URL_FORMS}")
 
 
-def check_storage_options(options: Mapping[str, object]) -> dict[str, str]:
-    """The options as strings; ConfigError for a credential or an unsafe setting."""
-    checked = {}
+def check_storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The options, names in lower case; ConfigError for a credential or an unsafe
+    setting."""
     for key, value in options.items():
-        name = str(key).lower()
+        name = key.lower()
         if _SECRET_OPTION.search(name):
             raise ConfigError(
                 f"lake.storage_options.{key}: credentials never go in the config file; set "
@@ -81,19 +81,16 @@ def check_storage_options(options: Mapping[str, object]) -> dict[str, str]:
         if name in _UNSAFE_OPTIONS and _true(value):
             raise ConfigError(f"lake.storage_options.{key}: refused, {_UNSAFE_OPTIONS[name]}; "
                               "the lake needs a store with conditional writes (docs/storage.md)")
-        if not isinstance(value, (str, int, float, bool)):
-            raise ConfigError(f"lake.storage_options.{key}: got {value!r}, expected a string")
-        checked[name] = str(value).lower() if isinstance(value, bool) else str(value)
-    return checked
+    return {key.lower(): value for key, value in options.items()}
 
 
 def delta_rs_options(store: str | None, options: Mapping[str, str]) -> dict[str, str]:
     """delta-rs storage_options: the user's, plus S3's conditional-put commits.
 
     delta-rs commits a version by creating its log file only if it does not exist. On
-    S3 that needs If-None-Match (AWS S3 and MinIO have it), which object_store uses once
-    `aws_conditional_put` is set; without it delta-rs refuses to commit (it has no safe
-    rename). Azure and GCS create-if-absent natively."""
+    S3 that is If-None-Match (AWS S3 and MinIO have it), object_store's `etag` mode: its
+    default today, set here so that a changed default cannot quietly give up the
+    protection. Azure and GCS create-if-absent natively."""
     result = dict(options)
     if store == "s3":
         result.setdefault("aws_conditional_put", "etag")

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -47,13 +47,11 @@ class StoreServer:
     env: dict[str, str]  # the credentials, as the SDK variables
     storage_options: dict[str, str]  # non-secret settings, delta-rs names
     filesystem: pafs.FileSystem  # for creating buckets/containers
-    buckets: list[str] = field(default_factory=list)
 
     def new_lake(self, prefix: str = "lake") -> str:
         """A fresh bucket (container) and a lake URL in it."""
         bucket = f"t-{uuid.uuid4().hex[:20]}"
         self.filesystem.create_dir(bucket)
-        self.buckets.append(bucket)
         return f"{self.scheme}://{bucket}/{prefix}"
 
     def stop(self) -> None:

@@ -73,8 +73,10 @@ class Progress:
 def landed_lsn(where: Where, app_id: str) -> int:
     """The end LSN of the last whole transaction bronze holds from slot `app_id` (0: none
     or no bronze yet); reads only the log."""
-    table = location(where)
-    return (table.open().transaction_version(app_id) or 0) if table.exists() else 0
+    try:
+        return location(where).open().transaction_version(app_id) or 0
+    except TableNotFoundError:
+        return 0
 
 
 def read_progress(where: Where, app_id: str) -> Progress:
