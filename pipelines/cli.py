@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.silver.command",
     "pipelines.gold.command",
     "pipelines.verify",
+    "pipelines.recover",
     "pipelines.continuous",
 )
 
@@ -113,13 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup(args: argparse.Namespace, config: Config) -> int:
-    from pipelines.ingest.bronze_writer import landed_lsn
     from pipelines.lake import Lake
     from pipelines.source.setup import run_setup
 
     lake = Lake.from_config(config)
     lake.check_conditional_writes()
-    report = run_setup(config.source, landed_lsn(lake.bronze_changes, config.source.slot))
+    report = run_setup(config.source, lake)
     print(f"tables:      {', '.join(report.tables)}")
     print(f"publication: {config.source.publication} "
           f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")

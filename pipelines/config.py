@@ -34,6 +34,7 @@ class SourceConfig:
     slot: str = "lakehouse"
     publication: str = "lakehouse"
     tables: tuple[str, ...] | str = ALL_TABLES  # "schema.table" names, or "*" for all
+    failover_slot: bool = True  # Postgres 17+: the slot survives a promotion (lineage.py)
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,10 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         value = values[f.name]
         key = f"{name}.{f.name}"
         default = getattr(cls, f.name, None)
-        if isinstance(default, int):
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+            expected = "true or false"
+        elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
             expected = "a positive whole number"
         elif isinstance(default, float):

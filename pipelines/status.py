@@ -13,10 +13,12 @@ from deltalake import DeltaTable
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.config import Config
 from pipelines.errors import SourceError
-from pipelines.ingest.bronze_writer import read_progress
+from pipelines.bronze.generations import Registry
+from pipelines.ingest.bronze_writer import landed_lsn, read_progress
 from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import Lake, read_delta
 from pipelines.source.connection import connect
+from pipelines.source.lineage import RECOVER, inspect_lineage
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,15 @@ class SlotStatus:
     lag_bytes: int | None = None  # current WAL position minus what the pipeline confirmed
     retained_wal_bytes: int | None = None  # WAL kept on the server for this slot
     wal_status: str | None = None
+    generation: int = 0  # the lake's current slot generation (pipelines.bronze.generations)
+    lineage_problem: str | None = None  # why the slot no longer continues bronze
 
 
 def slot_status(config: Config) -> SlotStatus:
+    lake = Lake.from_config(config)
+    lineage = inspect_lineage(config.source.dsn, config.source.slot, lake,
+                              landed_lsn(lake.bronze_changes, config.source.slot))
+    known = (config.source.slot, lineage.generation.generation, lineage.problem)
     with connect(config.source.dsn) as conn:
         row = conn.execute(
             "SELECT active, confirmed_flush_lsn::text, "
@@ -40,8 +48,8 @@ def slot_status(config: Config) -> SlotStatus:
             "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status "
             "FROM pg_replication_slots WHERE slot_name = %s", (config.source.slot,)).fetchone()
     if row is None:
-        return SlotStatus(config.source.slot, exists=False)
-    return SlotStatus(config.source.slot, True, *row)
+        return SlotStatus(known[0], False, generation=known[1], lineage_problem=known[2])
+    return SlotStatus(known[0], True, *row, generation=known[1], lineage_problem=known[2])
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,8 @@ def lake_status(config: Config) -> LakeStatus:
     bronze = lake.bronze_changes.open()
     files = pa.table(bronze.get_add_actions(flatten=True))  # per-file stats: no data scan
     newest = pc.max(files.column("max.commit_ts")).as_py() if files.num_rows else None
-    progress = read_progress(lake.bronze_changes, config.source.slot)
+    progress = read_progress(lake.bronze_changes, config.source.slot,
+                             Registry(lake).current(config.source.slot))
     silver = {}
     progress_path = lake.silver_progress
     if progress_path.exists():
@@ -90,43 +99,37 @@ def print_status(config: Config, as_json: bool) -> int:
         slot, source_error = None, exc
     lake = lake_status(config)
     backfills = backfill_status(config)
+    resyncs = scheduled_resyncs(config, backfills)
     if as_json:
         print(json.dumps({"slot": asdict(slot) if slot else {"error": str(source_error)},
                           "lake": asdict(lake),
-                          "backfills": [b.to_json() for b in backfills]},
+                          "backfills": [b.to_json() for b in backfills],
+                          "resyncs_scheduled": resyncs},
                          indent=2, default=str))
     else:
-        print("\n".join(status_lines(config, slot, source_error, lake, backfills)))
+        print("\n".join(status_lines(config, slot, source_error, lake, backfills, resyncs)))
     if source_error:
         return source_error.exit_code
-    lost = slot and (slot.wal_status == "lost" or (not slot.exists and _landed(lake)))
-    return SourceError.exit_code if lost else 0
-
-
-def _landed(lake: LakeStatus) -> bool:
-    """Whether bronze holds whole transactions from the slot."""
-    return lake.bronze_confirmable_lsn not in (None, format_lsn(0))
+    return SourceError.exit_code if slot and slot.lineage_problem else 0
 
 
 def status_lines(config: Config, slot: SlotStatus | None, source_error: Exception | None,
-                 lake: LakeStatus, backfills: list[BackfillState]) -> list[str]:
+                 lake: LakeStatus, backfills: list[BackfillState],
+                 resyncs: list[str] = ()) -> list[str]:
     now = datetime.now(timezone.utc)
     lines = []
     if slot is None:
         lines.append(f"source: unreachable ({source_error})")
-    elif not slot.exists and _landed(lake):
-        lines.append(f"slot {slot.slot}: MISSING, but bronze holds changes from it up to "
-                     f"{lake.bronze_confirmable_lsn}: changes after that are lost to this "
-                     "lake; see docs/operations.md, 'Lost or invalidated slot'")
+    elif slot.lineage_problem:
+        lines.append(f"slot {slot.slot}: BROKEN: {slot.lineage_problem} {RECOVER}")
     elif not slot.exists:
         lines.append(f"slot {slot.slot}: missing (run lakehouse setup)")
     else:
+        generation = f", slot generation {slot.generation}" if slot.generation else ""
         lines.append(f"slot {slot.slot}: {'active' if slot.active else 'inactive'}, "
                      f"confirmed {slot.confirmed_flush_lsn}, lag {_bytes(slot.lag_bytes)}, "
-                     f"WAL retained {_bytes(slot.retained_wal_bytes)} ({slot.wal_status})")
-        if slot.wal_status == "lost":
-            lines.append("  the slot is invalidated: changes were lost; see "
-                         "docs/operations.md, 'Lost or invalidated slot'")
+                     f"WAL retained {_bytes(slot.retained_wal_bytes)} ({slot.wal_status})"
+                     f"{generation}")
     if lake.bronze_commit_at is None:
         lines.append("bronze: empty (run lakehouse ingest)")
     else:
@@ -139,6 +142,8 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
         lines.append(f"silver {table}: applied up to {info['lsn']}, last run "
                      f"{_ago(now, info['last_run_at'])} ago, {state}")
     lines += [backfill_line(b) for b in backfills]
+    lines += [f"resync {table}: scheduled by `lakehouse recover`, not started: run "
+              "`lakehouse backfill`" for table in resyncs]
     for report, refreshed in lake.gold.items():
         lines.append(f"gold {report}: refreshed {_ago(now, refreshed)} ago")
     return lines
@@ -162,6 +167,14 @@ def _ago(now: datetime, then: datetime) -> str:
 # --- backfills (pipelines/backfill): the latest backfill of each table -------------------
 
 
+def scheduled_resyncs(config: Config, backfills: list[BackfillState]) -> list[str]:
+    """Tables whose resync `lakehouse recover` scheduled and no backfill run started."""
+    generation = Registry(Lake.from_config(config)).current(config.source.slot)
+    started = {b.table_name for b in backfills
+               if b.resync and b.generation == generation.generation}
+    return [t for t in generation.resync_tables if t not in started]
+
+
 def backfill_status(config: Config) -> list[BackfillState]:
     """The most recent backfill of each table, from the lake's _state/backfills table."""
     store = StateStore(Lake.from_config(config).backfills)
@@ -176,7 +189,7 @@ def backfill_line(b: BackfillState) -> str:
     else:
         rows += " rows"
     when = b.finished_at if b.finished_at else b.updated_at
-    text = (f"backfill {b.table_name}: {b.status}, {rows}, {b.chunks_done:,} chunks, "
+    text = (f"{b.kind} {b.table_name}: {b.status}, {rows}, {b.chunks_done:,} chunks, "
             f"{'finished' if b.finished_at else 'updated'} {when:%Y-%m-%d %H:%M:%S} UTC "
             f"(id {b.backfill_id})")
     if b.error:

@@ -33,6 +33,10 @@ def add_parser(verbs: Any) -> None:
                         help="rows per chunk (default: backfill.chunk_size, 50000)")
     parser.add_argument("--restart", action="store_true",
                         help="start over with a new backfill id, also for finished tables")
+    parser.add_argument("--resync", action="store_true",
+                        help="read the tables again and also delete from silver every row the "
+                        "source no longer has: the repair for a table `verify` reports as "
+                        "different (resyncs scheduled by `lakehouse recover` run without it)")
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="tables backfilled at the same time (default: backfill.parallel, 1)")
     parser.set_defaults(handler=run)
@@ -41,7 +45,7 @@ def add_parser(verbs: Any) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     collect_rarely()
     options = BackfillOptions(
-        tables=tuple(args.tables), restart=args.restart,
+        tables=tuple(args.tables), restart=args.restart, resync=args.resync,
         chunk_size=config.backfill.chunk_size if args.chunk_size is None else args.chunk_size,
         parallel=config.backfill.parallel if args.parallel is None else args.parallel)
     stop = threading.Event()

@@ -148,11 +148,12 @@ class TableBackfill:
 
     def __init__(self, source: SourceConfig, table: str, chunk_size: int, restart: bool,
                  store: StateStore, lake: Lake, display: ProgressDisplay,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, resync_generation: int | None = None) -> None:
         self.source = source
         self.table = table
         self.chunk_size = chunk_size
         self.restart = restart
+        self.resync_generation = resync_generation  # None: a plain backfill
         self.store = store
         self.lake = lake
         self.display = display
@@ -172,6 +173,11 @@ class TableBackfill:
                 progress = _Progress(self.store, state)
                 self.display.start(self.table, state.rows_estimate, state.rows_done)
                 finished = self._pipeline(reader, writer, progress)
+                if finished and state.resync:
+                    # After the last high watermark: silver deletes from here what the
+                    # chunks did not return (a crash before DONE emits it again: harmless).
+                    emit_watermark(writer, Watermark(state.backfill_id, -1, self.table,
+                                                     "resync"))
                 if finished:
                     progress.end(DONE)
                 status = DONE if finished else "interrupted"
@@ -212,6 +218,12 @@ class TableBackfill:
         """
         latest = self.store.latest_per_table().get(self.table)
         estimate = estimated_rows(conn, self.table)
+        resync = self.resync_generation is not None
+        if resync and latest is not None and not (
+                latest.resync and latest.generation == self.resync_generation
+                and latest.status != DONE):
+            self._abandon(latest, "superseded by a resync")
+            latest = None
         if latest is not None and not self.restart:
             if latest.status == DONE:
                 log.info("%s: already backfilled (%s, %d rows); --restart backfills it again",
@@ -223,18 +235,22 @@ class TableBackfill:
                     f"{self.table}: the key changed from ({', '.join(latest.cursor_columns)}) "
                     f"to ({', '.join(order)}) since backfill {latest.backfill_id} started; "
                     "its cursor is meaningless now: run backfill --restart for this table")
-            log.info("%s: resuming backfill %s after %d rows", self.table, latest.backfill_id,
-                     latest.rows_done)
+            log.info("%s: resuming %s %s after %d rows", self.table, latest.kind,
+                     latest.backfill_id, latest.rows_done)
             return self.store.save(replace(
                 latest, status=RUNNING, error=None, rows_estimate=estimate,
                 chunk_ids_reserved=latest.chunk_ids_reserved + CHUNK_ID_BLOCK)), None
-        backfill_id = str(uuid.uuid4())
-        if latest is not None and latest.status != DONE:
-            self.store.save(replace(latest, status=FAILED,
-                                    error=f"abandoned: restarted as backfill {backfill_id}"))
-        log.info("%s: starting backfill %s", self.table, backfill_id)
-        return self.store.save(replace(BackfillState.new(backfill_id, self.table, estimate),
-                                       chunk_ids_reserved=CHUNK_ID_BLOCK)), None
+        if latest is not None:
+            self._abandon(latest, "restarted")
+        state = BackfillState.new(str(uuid.uuid4()), self.table, estimate, resync,
+                                  self.resync_generation)
+        log.info("%s: starting %s %s", self.table, state.kind, state.backfill_id)
+        return self.store.save(replace(state, chunk_ids_reserved=CHUNK_ID_BLOCK)), None
+
+    def _abandon(self, latest: BackfillState, why: str) -> None:
+        """Mark an unfinished backfill failed before a new one of the table starts."""
+        if latest.status != DONE:
+            self.store.save(replace(latest, status=FAILED, error=f"abandoned: {why}"))
 
     def _pipeline(self, reader: psycopg.Connection, writer: psycopg.Connection,
                   progress: _Progress) -> bool:

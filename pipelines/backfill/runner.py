@@ -15,12 +15,14 @@ import psycopg
 
 from pipelines.backfill.job import TableBackfill, TableResult
 from pipelines.backfill.progress import ProgressDisplay
-from pipelines.backfill.state import StateStore
+from pipelines.backfill.state import StateStore, pending_resyncs
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
 from pipelines.lake import LOG_RETENTION, Lake, with_log_retention
+from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.source.connection import connect
+from pipelines.source.lineage import inspect_lineage
 from pipelines.source.setup import check_keys, resolve_tables
 
 __all__ = ["BackfillOptions", "TableResult", "run_backfill"]
@@ -34,6 +36,7 @@ class BackfillOptions:
     chunk_size: int = 50_000
     restart: bool = False
     parallel: int = 1
+    resync: bool = False  # also delete what the source no longer has (docs/backfill.md)
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -45,20 +48,31 @@ class BackfillOptions:
 def run_backfill(config: Config, options: BackfillOptions,
                  display: ProgressDisplay | None = None,
                  stop: threading.Event | None = None) -> list[TableResult]:
-    """Backfill the selected tables, `options.parallel` at a time; `stop` ends it early."""
+    """Backfill the selected tables, `options.parallel` at a time; `stop` ends it early.
+
+    Resyncs that `lakehouse recover` scheduled run too: for every table when none is
+    named, else for the named ones."""
+    lake = Lake.from_config(config)
     with connect(config.source.dsn) as conn:
         tables = select_tables(conn, config.source, options.tables)
         check_keys(conn, tables)
         check_published(conn, config.source.publication, tables)
         check_slot(conn, config.source.slot)
-    lake = Lake.from_config(config)
+    lineage = inspect_lineage(config.source.dsn, config.source.slot, lake,
+                              landed_lsn(lake.bronze_changes, config.source.slot))
+    if lineage.problem:  # chunks would land in a stream bronze no longer continues
+        raise lineage.error()
     store = StateStore(lake.backfills)
     store.ensure()
+    generation = lineage.generation
+    resyncs = set(tables if options.resync else pending_resyncs(
+        store.all(), generation.generation, generation.resync_tables))
     # Before the table jobs start: the retention's metadata commit would fail their appends.
     with_log_retention(lake.bronze_snapshots.create(SNAPSHOTS_SCHEMA,
                                                     configuration=LOG_RETENTION))
     jobs = [TableBackfill(config.source, table, options.chunk_size, options.restart, store,
-                          lake, display or ProgressDisplay(), stop or threading.Event())
+                          lake, display or ProgressDisplay(), stop or threading.Event(),
+                          generation.generation if table in resyncs else None)
             for table in tables]
     with ThreadPoolExecutor(max_workers=min(options.parallel, len(jobs)),
                             thread_name_prefix="backfill") as pool:

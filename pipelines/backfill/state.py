@@ -39,6 +39,8 @@ STATE_SCHEMA = pa.schema([
     pa.field("updated_at", _UTC, nullable=False),
     pa.field("finished_at", _UTC),
     pa.field("error", pa.string()),
+    pa.field("resync", pa.bool_()),  # also deletes what the source no longer has
+    pa.field("generation", pa.int64()),  # the slot generation it ran in (resyncs)
 ])
 
 
@@ -59,11 +61,19 @@ class BackfillState:
     updated_at: datetime
     finished_at: datetime | None = None
     error: str | None = None
+    resync: bool = False
+    generation: int | None = None
 
     @classmethod
-    def new(cls, backfill_id: str, table: str, rows_estimate: int | None) -> "BackfillState":
+    def new(cls, backfill_id: str, table: str, rows_estimate: int | None,
+            resync: bool = False, generation: int | None = None) -> "BackfillState":
         now = datetime.now(timezone.utc)
-        return cls(backfill_id, table, RUNNING, None, None, 0, 0, 0, rows_estimate, now, now)
+        return cls(backfill_id, table, RUNNING, None, None, 0, 0, 0, rows_estimate, now, now,
+                   resync=resync, generation=generation)
+
+    @property
+    def kind(self) -> str:
+        return "resync" if self.resync else "backfill"
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -105,7 +115,9 @@ class StateStore:
                 self._table = _open_or_create(self.location)
             for attempt in range(20):
                 try:
-                    write_deltalake(self._table, row, mode="overwrite", predicate=predicate)
+                    # schema_mode merge: a state table made before a column existed gains it
+                    write_deltalake(self._table, row, mode="overwrite", predicate=predicate,
+                                    schema_mode="merge")
                     return state
                 except CommitFailedError:
                     if attempt == 19:
@@ -142,4 +154,14 @@ def _to_row(state: BackfillState) -> dict:
 def _from_row(row: dict) -> BackfillState:
     for key in ("cursor_columns", "cursor"):
         row[key] = tuple(row[key]) if row[key] is not None else None
+    row["resync"] = bool(row.get("resync"))
     return BackfillState(**row)
+
+
+def pending_resyncs(states: list[BackfillState], generation: int,
+                    tables: tuple[str, ...]) -> list[str]:
+    """Of the resyncs `lakehouse recover` scheduled for `generation` (`tables`), the
+    ones not finished yet."""
+    done = {s.table_name for s in states
+            if s.resync and s.generation == generation and s.status == DONE}
+    return [t for t in tables if t not in done]

@@ -5,6 +5,10 @@ format (docs/backfill.md) and of snapshot visibility serves both. The high water
 carries the chunk SELECT's snapshot: a transaction whose commit precedes the low
 watermark in the WAL can still be invisible to the SELECT (commit order is not
 visibility order), and the snapshot tells silver which ones were.
+
+A resync (a backfill that also removes what the source no longer has) ends with a third
+kind, "resync", emitted after its last high watermark: from there silver deletes the
+table's rows that the resync's chunks did not return and no change since re-created.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any, Literal
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.errors import DataError
 
-Kind = Literal["low", "high"]
+Kind = Literal["low", "high", "resync"]
+KINDS = ("low", "high", "resync")
 XID_MODULO = 1 << 32
 HALF_RING = 1 << 31  # xids compare modulo 2^32 within half the ring
 
@@ -48,7 +53,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Watermark:
-    """One watermark: which chunk of which backfill, low or high."""
+    """One watermark: which chunk of which backfill, low or high (or a resync's end)."""
 
     backfill_id: str
     chunk_id: int
@@ -73,8 +78,8 @@ def parse_watermark(content: bytes | str) -> Watermark:
     try:
         body: Any = json.loads(content)
         kind = body["kind"]
-        if kind not in ("low", "high"):
-            raise ValueError(f"kind must be 'low' or 'high', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         table = str(body["table"])
         if "." not in table:
             raise ValueError(f"table {table!r} is not schema.table")

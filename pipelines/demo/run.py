@@ -34,7 +34,6 @@ from pipelines.embedded_pg import EmbeddedPostgres, server_dir_for
 from pipelines.engine import get_spark
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
-from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
@@ -91,8 +90,7 @@ def run_demo(options: DemoOptions) -> int:
     try:
         config = write_config(workdir, server.dsn(DEMO_DB), options.engine)
         seeded = prepare_source(server, options.rows)
-        report = run_setup(config.source, landed_lsn(Lake.from_config(config).bronze_changes,
-                                                     config.source.slot))
+        report = run_setup(config.source, Lake.from_config(config))
         print(f"source: {len(report.tables)} tables, {seeded or 'existing'} rows seeded, "
               f"slot {config.source.slot} {'created' if report.slot_created else 'reused'}")
         timings.bronze_before = bronze_rows(config)

@@ -42,6 +42,7 @@ from pipelines.ingest.bronze_files import (
     SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 from pipelines import storage
+from pipelines.bronze.generations import Generation, first_generation
 from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,12 @@ def landed_lsn(where: Where, app_id: str) -> int:
         return 0
 
 
-def read_progress(where: Where, app_id: str) -> Progress:
-    """Progress recorded by the last ingest commit; creates an empty table if missing."""
+def read_progress(where: Where, app_id: str,
+                  generation: Generation | None = None) -> Progress:
+    """Progress recorded by the last ingest commit, in the source LSNs of `generation`
+    (default: the first; nothing of an older one counts); creates an empty table if
+    missing."""
+    generation = generation or first_generation(app_id)
     try:
         table = location(where).open()
     except TableNotFoundError:
@@ -88,11 +93,13 @@ def read_progress(where: Where, app_id: str) -> Progress:
                                name="bronze_changes", description="raw Postgres change log "
                                "(pgoutput), one row per change")
         return Progress()
-    end_lsn = table.transaction_version(app_id) or 0
+    end_lsn = generation.to_source(table.transaction_version(app_id) or 0)
     for commit in table.history(limit=50):  # newest first; maintenance commits lack the key
         if POSITION_KEY in commit:
-            lsn, index = commit[POSITION_KEY].split(":")
-            return Progress(end_lsn, (int(lsn), int(index)))
+            lsn, index = (int(part) for part in commit[POSITION_KEY].split(":"))
+            if lsn < generation.lake_start_lsn:
+                break
+            return Progress(end_lsn, (generation.to_source(lsn), index))
     return Progress(end_lsn)
 
 
@@ -113,11 +120,14 @@ class BronzeWriter:
     """
 
     def __init__(self, where: Where, app_id: str,
-                 writer_properties: WriterProperties | None = WRITER_PROPERTIES) -> None:
+                 writer_properties: WriterProperties | None = WRITER_PROPERTIES,
+                 generation: Generation | None = None) -> None:
         self.location = location(where)
         self.app_id = app_id
         self.writer_properties = writer_properties
-        self.progress = read_progress(self.location, app_id)  # everything handed to a commit
+        # Positions in memory are the source's; commits add the generation's offset.
+        self.offset = generation.lsn_offset if generation else 0
+        self.progress = read_progress(self.location, app_id, generation)  # handed to commits
         self._durable = self.progress  # what finished commits hold
         self._rows: list[Record] = []  # never replaced: `append` stays bound to it
         self.append = self._rows.append
@@ -346,13 +356,15 @@ class BronzeWriter:
             landed = self._durable.position
             self._table = with_log_retention(
                 self.location.open(),
-                {POSITION_KEY: f"{landed[0]}:{landed[1]}"} if landed != NO_POSITION else None)
+                {POSITION_KEY: f"{landed[0] + self.offset}:{landed[1]}"}
+                if landed != NO_POSITION else None)
         properties = CommitProperties(
-            app_transactions=[Transaction(app_id=self.app_id, version=batch.progress.end_lsn)],
-            custom_metadata={POSITION_KEY: f"{position[0]}:{position[1]}"})
+            app_transactions=[Transaction(app_id=self.app_id,
+                                          version=batch.progress.end_lsn + self.offset)],
+            custom_metadata={POSITION_KEY: f"{position[0] + self.offset}:{position[1]}"})
         if isinstance(batch, _Files):
             now = _now_micros()
-            actions = [file.finish(batch.commit_lsn, batch.commit_ts, now)
+            actions = [file.finish(batch.commit_lsn + self.offset, batch.commit_ts, now)
                        for file in batch.files]
             self._table.create_write_transaction(actions, mode="append", schema=CHANGES_SCHEMA,
                                                  commit_properties=properties)
@@ -362,7 +374,7 @@ class BronzeWriter:
             if isinstance(records, list):
                 records = record_batch(records)
             write_deltalake(  # a DeltaTable, not its path: a write then updates its state
-                self._table, _changes_table(records, batch.spans), mode="append",
+                self._table, _changes_table(records, batch.spans, self.offset), mode="append",
                 writer_properties=self.writer_properties, commit_properties=properties)
         self._durable = batch.progress
 
@@ -410,10 +422,12 @@ def _split_spans(spans: list[_Span], count: int) -> tuple[list[_Span], list[_Spa
     return taken, rest
 
 
-def _changes_table(records: pa.RecordBatch | pa.Table, spans: list[_Span]) -> pa.Table:
-    """Records plus each one's transaction fields and ingested_at: CHANGES_SCHEMA."""
+def _changes_table(records: pa.RecordBatch | pa.Table, spans: list[_Span],
+                   lsn_offset: int = 0) -> pa.Table:
+    """Records plus each one's transaction fields and ingested_at: CHANGES_SCHEMA;
+    commit LSNs in the lake's (source + the slot generation's offset)."""
     utc = CHANGES_SCHEMA.field("commit_ts").type
-    lsn, index, xid, ts = _transaction_columns(spans, records.num_rows)
+    lsn, index, xid, ts = _transaction_columns(spans, records.num_rows, lsn_offset)
     now = _now_micros()
     return pa.Table.from_arrays([
         lsn, index, xid, ts.cast(utc), *records.columns,
@@ -421,7 +435,8 @@ def _changes_table(records: pa.RecordBatch | pa.Table, spans: list[_Span]) -> pa
     ], schema=CHANGES_SCHEMA)
 
 
-def _transaction_columns(spans: list[_Span], rows: int) -> tuple[pa.Array, ...]:
+def _transaction_columns(spans: list[_Span], rows: int,
+                         lsn_offset: int = 0) -> tuple[pa.Array, ...]:
     """commit_lsn, change_index, xid, commit_ts of each row, expanded from the spans.
 
     Vectorized (numpy repeat), not built from Python lists: 30x faster for one big
@@ -438,7 +453,7 @@ def _transaction_columns(spans: list[_Span], rows: int) -> tuple[pa.Array, ...]:
 
     first = np.array([span.first_index for span in spans], dtype=np.int64)
     index = np.arange(rows, dtype=np.int64) - np.repeat(starts[:-1] - first, counts)
-    return (per_row([span.commit_lsn for span in spans]), pa.array(index),
+    return (per_row([span.commit_lsn + lsn_offset for span in spans]), pa.array(index),
             per_row([span.xid for span in spans]), per_row([span.commit_ts for span in spans]))
 
 

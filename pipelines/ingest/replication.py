@@ -16,6 +16,7 @@ from psycopg import pq
 from pipelines.errors import SourceError
 from pipelines.ingest.lsn import format_lsn
 from pipelines.ingest.wire import encode_standby_status_update
+from pipelines.source.lineage import RECOVER, quote_ident
 from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,12 @@ class ReplicationStream:
 
     def _start(self, publication: str, start_lsn: int) -> None:
         options = [("proto_version", str(self.protocol_version)),
-                   ("publication_names", _quote_ident(publication)),
+                   ("publication_names", quote_ident(publication)),
                    ("messages", "true")]
         if self.protocol_version >= 2:
             options.append(("streaming", "on"))
         opts = ", ".join(f"{k} '{v.replace(chr(39), chr(39) * 2)}'" for k, v in options)
-        command = (f"START_REPLICATION SLOT {_quote_ident(self.slot)} LOGICAL "
+        command = (f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL "
                    f"{format_lsn(start_lsn)} ({opts})")
         result = self._conn.exec_(command.encode())
         if result.status != pq.ExecStatus.COPY_BOTH:
@@ -67,12 +68,11 @@ class ReplicationStream:
                 raise SlotBusy(f"{message}: another ingest is streaming from slot "
                                f"{self.slot!r}. Stop it, or configure another slot.")
             if "does not exist" in message:
-                raise SlotUnusable(f"{message}. Run `lakehouse setup` first (if the slot was "
-                                   "dropped, changes since were lost: see docs/operations.md, "
-                                   "'Lost or invalidated slot').")
+                raise SlotUnusable(f"{message}. On a new lake run `lakehouse setup` first; if "
+                                   "the slot was dropped, changes since were lost to the "
+                                   f"lake: {RECOVER}")
             if "invalidated" in message or "can no longer get changes" in message:
-                raise SlotUnusable(f"{message}. Changes were lost: see docs/operations.md, "
-                                   "'Lost or invalidated slot'.")
+                raise SlotUnusable(f"{message}. Changes were lost to the lake: {RECOVER}")
             raise SourceError(f"START_REPLICATION failed: {message}")
         log.info("streaming slot %s from %s (pgoutput v%d)", self.slot, format_lsn(start_lsn),
                  self.protocol_version)
@@ -146,6 +146,3 @@ def _connect(conninfo: str) -> pq.PGconn:
                           "and that the role has the REPLICATION privilege.")
     return conn
 
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

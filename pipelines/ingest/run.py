@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
-from pipelines.ingest.bronze_writer import BronzeWriter
+from pipelines.bronze.generations import Generation
+from pipelines.ingest.bronze_writer import BronzeWriter, landed_lsn
 from pipelines.ingest.lsn import format_lsn
 from pipelines.ingest.replication import (ConnectionLost, ReplicationStream, SlotBusy,
                                           SlotUnusable)
@@ -25,6 +26,7 @@ from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
                                    xlogdata_positions)
 from pipelines.lake import Lake
+from pipelines.source.lineage import LineageBroken, ensure_lineage
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,12 @@ class StopRequested:
 def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> IngestReport:
     """Stream until stopped (or idle / past an LSN), reconnecting with backoff."""
     started = time.monotonic()
-    writer = BronzeWriter(Lake.from_config(config).bronze_changes, config.source.slot)
+    lake = Lake.from_config(config)
+    generation = _lineage(config, lake, None)
+    writer = BronzeWriter(lake.bronze_changes, config.source.slot, generation=generation)
     assembler = ChangeAssembler(writer, config.ingest.spill_rows, config.ingest.batch_rows)
     try:
-        _connect_and_stream(writer, assembler, config, options, stop)
+        _connect_and_stream(writer, assembler, config, options, stop, lake, generation)
     except BaseException:
         assembler.reset()  # open streams' files: the server resends those transactions
         writer.close(raise_failure=False)  # the error being raised says more
@@ -78,17 +82,32 @@ def run_ingest(config: Config, options: IngestOptions, stop: StopRequested) -> I
                         time.monotonic() - started)
 
 
+def _lineage(config: Config, lake: Lake, streaming: Generation | None) -> Generation:
+    """The slot generation to stream in, checked against the source before each stream
+    (lineage.py): a failover between two connections must not go unnoticed."""
+    generation = ensure_lineage(config.source.dsn, config.source.slot, lake,
+                                landed_lsn(lake.bronze_changes, config.source.slot))
+    if streaming is not None and generation.generation != streaming.generation:
+        raise LineageBroken(f"slot generation {generation.generation} started (`lakehouse "
+                          "recover`) while this ingest streamed generation "
+                          f"{streaming.generation}: start the ingest again")
+    return generation
+
+
 def _connect_and_stream(writer: BronzeWriter, assembler: ChangeAssembler, config: Config,
-                        options: IngestOptions, stop: StopRequested) -> None:
+                        options: IngestOptions, stop: StopRequested, lake: Lake,
+                        generation: Generation) -> None:
     backoff = 1.0
     ever_connected = False
     started = time.monotonic()
     while True:
         try:
+            if ever_connected:
+                _lineage(config, lake, generation)
             stream = ReplicationStream(config.source.dsn, config.source.slot,
                                        config.source.publication, writer.durable.end_lsn)
-        except SlotUnusable:
-            raise  # dropped or invalidated while we ran: retrying would look healthy forever
+        except (SlotUnusable, LineageBroken):
+            raise  # dropped, invalidated, failed over: retrying would look healthy forever
         except SlotBusy:
             # A predecessor killed a moment ago may still hold the slot until Postgres
             # notices; a real second ingest is an error once the grace period is over.

@@ -40,6 +40,7 @@ from pipelines.silver.merge import (
     tombstone_merge_sql)
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.reconcile import WINDOW_SCHEMA, reconcile_chunks, window_rows
+from pipelines.silver.resync import generation_start
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import SourceColumn, TableShape
 from pipelines.silver.toast import fill_from_old_key_rows
@@ -66,6 +67,7 @@ class SilverContext:
     retention: timedelta
     changes: DataFrame
     names: TableNames
+    generation_starts: Sequence[int] = ()  # pipelines.bronze.generations
 
     def exists(self, table: TableRef) -> bool:
         """Whether the silver or tombstone table exists yet."""
@@ -149,7 +151,8 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     truncates = history.filter(F.col("op") == OP_TRUNCATE).select(
         F.col("commit_lsn").alias(LSN), F.col("change_index").alias(CHANGE_INDEX),
         F.col("xid").alias(XID))
-    windows = run.spark.createDataFrame(window_rows(table.windows), WINDOW_SCHEMA)
+    windows = run.spark.createDataFrame(window_rows(table.windows, run.generation_starts),
+                                      WINDOW_SCHEMA)
     chunks = reconcile_chunks(snapshot_rows(with_chunk_columns(chunk_rows, chunk_columns), shape),
                               windows, window_changes, truncates, keys,
                               [c.name for c in shape.columns])
@@ -160,7 +163,7 @@ def _window_history(run: SilverContext, table: TableScan) -> DataFrame:
     """The table's bronze rows that may fall in the window of a chunk it applies."""
     newest_high = max(w.high for w in table.windows)
     return (_table_rows(run, table).filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
-            .filter(window_candidates(table.windows)))
+            .filter(window_candidates(table.windows, run.generation_starts)))
 
 
 def _toast_columns(run: SilverContext, table: TableScan, shape: TableShape) -> list[str] | None:
@@ -179,20 +182,22 @@ def _toast_columns(run: SilverContext, table: TableScan, shape: TableShape) -> l
     return None if partial.select("commit_lsn").limit(1).collect() else listed
 
 
-def window_candidates(windows: Sequence[ChunkWindow]) -> Column:
+def window_candidates(windows: Sequence[ChunkWindow],
+                      generation_starts: Sequence[int] = ()) -> Column:
     """Bronze rows that can be window changes of some chunk: after the earliest low
-    watermark, or in a transaction one of the snapshots did not see (a superset; the
-    exact test is per chunk, in reconcile_chunks)."""
+    watermark, or in a transaction one of the snapshots did not see, of the chunks'
+    slot generations (a superset; the exact test is per chunk, in reconcile_chunks)."""
     earliest = min(w.low for w in windows)
     after = is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(earliest[0]),
                      F.lit(earliest[1]))
     snapshots = {w.snapshot for w in windows if w.snapshot is not None}
     if len(snapshots) > MAX_SNAPSHOT_TERMS:  # too long an expression: read all history
         return F.lit(True)
+    since = min(generation_start(generation_starts, w.low[0]) for w in windows)
     for snap in snapshots:
-        after = after | invisible_to_snapshot(
+        after = after | ((F.col("commit_lsn") >= F.lit(since)) & invisible_to_snapshot(
             F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
-            F.array(*(F.lit(x) for x in snap.xip)).cast(ArrayType(LongType())))
+            F.array(*(F.lit(x) for x in snap.xip)).cast(ArrayType(LongType()))))
     return after
 
 

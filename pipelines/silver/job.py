@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pipelines.catalog import TableNames, TableRef
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
+from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import TableLocation
 from pipelines.silver.apply import SilverContext, apply_table
@@ -88,8 +89,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
                                              **{t: TableProgress(START) for t in rebuild}})
 
     changes = spark.read.format("delta").load(lake.bronze_changes.uri)
+    starts = generation_starts(Registry(lake).all())
     run = SilverContext(spark, lake, maintenance,
-                        timedelta(hours=config.silver.tombstone_retention_hours), changes, names)
+                        timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
+                        starts)
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     reports: dict[str, TableReport] = {}
     upto = None
@@ -99,7 +102,8 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         scan = scan_bronze(changes, bounds, default, scope,
                            lambda: watermarks_before(changes, min([default, *bounds.values()])),
                            max_rows=config.silver.max_batch_rows,
-                           excluded=stopped)  # not counted, nor scanned, again in this run
+                           excluded=stopped,  # not counted, nor scanned, again in this run
+                           generation_starts=starts)
         if scan.upto is None:
             break
         if scan.sliced:

@@ -20,6 +20,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, UPSERT, XID, col,
     is_after, no_old_key)
+from pipelines.silver.resync import generation_start
 from pipelines.silver.watermarks import ChunkWindow, invisible_to_snapshot
 
 # Helper columns are prefixed _cdc_ (a prefix source columns may not use: events.py).
@@ -27,18 +28,20 @@ CHUNK = ["_cdc_backfill_id", "_cdc_chunk_id"]
 WINDOW_SCHEMA = ("_cdc_backfill_id string, _cdc_chunk_id long, _cdc_low_lsn long, "
                  "_cdc_low_change_index long, _cdc_high_lsn long, _cdc_high_change_index long, "
                  "_cdc_high_commit_ts timestamp, _cdc_xmin long, _cdc_xmax long, "
-                 "_cdc_xip array<long>")
+                 "_cdc_xip array<long>, _cdc_since_lsn long")
 TRUNCATE_SCHEMA = f"{LSN} long, {CHANGE_INDEX} long, {XID} long"
 
 
 def _in_window(lsn: Column, change_index: Column, xid: Column) -> Column:
     """A change counts for a chunk: strictly between its watermarks, or before the low
-    one but in a transaction the chunk's snapshot did not see."""
+    one but in a transaction the chunk's snapshot did not see, of the chunk's slot
+    generation (xids of an earlier generation were another server's)."""
     low, high = (F.col("_cdc_low_lsn"), F.col("_cdc_low_change_index")), \
         (F.col("_cdc_high_lsn"), F.col("_cdc_high_change_index"))
     between = is_after(lsn, change_index, *low) & is_after(*high, lsn, change_index)
     no_xip = F.array().cast(ArrayType(LongType()))
     unseen = (is_after(*low, lsn, change_index)
+              & (lsn >= F.coalesce(F.col("_cdc_since_lsn"), F.lit(0)))
               & invisible_to_snapshot(xid, F.col("_cdc_xmin"), F.col("_cdc_xmax"),
                                       F.coalesce(F.col("_cdc_xip"), no_xip)))
     return between | unseen
@@ -71,7 +74,7 @@ def reconcile_chunks(chunk_rows: DataFrame, windows: DataFrame, changes: DataFra
                   for c in values}
     hits = (rows.select(*CHUNK, *(col(k) for k in keys), "_cdc_low_lsn", "_cdc_low_change_index",
                         "_cdc_high_lsn", "_cdc_high_change_index", "_cdc_xmin", "_cdc_xmax",
-                        "_cdc_xip")
+                        "_cdc_xip", "_cdc_since_lsn")
             .join(hit, list(keys))
             .filter(_in_window(F.col("_cdc_w_lsn"), F.col("_cdc_w_ci"), F.col("_cdc_w_xid")))
             .groupBy(*CHUNK, *(col(k) for k in keys))
@@ -102,8 +105,11 @@ def reconcile_chunks(chunk_rows: DataFrame, windows: DataFrame, changes: DataFra
 
 
 
-def window_rows(windows: Sequence[ChunkWindow]) -> list[tuple]:
-    """Rows of WINDOW_SCHEMA for `windows` (spark.createDataFrame(rows, WINDOW_SCHEMA))."""
+def window_rows(windows: Sequence[ChunkWindow],
+                generation_starts: Sequence[int] = ()) -> list[tuple]:
+    """Rows of WINDOW_SCHEMA for `windows` (spark.createDataFrame(rows, WINDOW_SCHEMA));
+    generation_starts: where the lake's slot generations start (resync.generation_start)."""
     return [(w.backfill_id, w.chunk_id, *w.low, *w.high, w.high_commit_ts,
              w.snapshot.xmin if w.snapshot else None, w.snapshot.xmax if w.snapshot else None,
-             list(w.snapshot.xip) if w.snapshot else None) for w in windows]
+             list(w.snapshot.xip) if w.snapshot else None,
+             generation_start(generation_starts, w.low[0])) for w in windows]

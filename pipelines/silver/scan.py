@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Collection, Iterable
+from functools import cache
+from typing import Callable, Collection, Iterable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -21,6 +22,7 @@ from pipelines.bronze.schema import (
 from pipelines.errors import DataError
 from pipelines.silver.events import is_after, shape_from_row
 from pipelines.silver.progress import Progress
+from pipelines.silver.resync import resync_floor
 from pipelines.silver.slicing import first_slice_end
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.watermarks import (
@@ -37,7 +39,7 @@ class TableScan:
     inserts: int = 0
     updates: int = 0
     deletes: int = 0
-    truncate: Position | None = None  # the newest truncate among the new rows
+    truncate: Position | None = None  # the newest truncate (or resync floor, resync.py)
     moved: bool = False  # some update sent an old key: maybe a key change
     unchanged: frozenset[str] = frozenset()  # columns some update left unchanged (TOAST)
     windows: list[ChunkWindow] = field(default_factory=list)
@@ -105,14 +107,18 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
                 scope: Iterable[str] | None,
                 older_watermarks: Callable[[], Iterable[Watermark]],
                 max_rows: int | None = None, until: Position | None = None,
-                excluded: Collection[str] = ()) -> BronzeScan:
+                excluded: Collection[str] = (),
+                generation_starts: Sequence[int] = ()) -> BronzeScan:
     """Summarize the new rows per table, up to `until` (two actions, plus one when a
     chunk's low watermark is older than the new rows); `excluded` tables are left out.
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
     them per bucket of commit LSNs (one more action, more for a dense burst) and returns
-    the first slice's scan.
+    the first slice's scan. A resync that ends among the new rows sets its table's floor
+    (resync.py; one more action); `generation_starts`: the lake LSNs where slot
+    generations start (pipelines.bronze.generations).
     """
+    older_watermarks = cache(older_watermarks)
     rows = new_rows(changes, bounds, default, scope, until, excluded)
     position = F.struct("commit_lsn", "change_index")
     shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
@@ -170,7 +176,10 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
                               max_rows)
         if end is not None:
             return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
-                                       until=end, excluded=excluded), sliced=True)
+                                       until=end, excluded=excluded,
+                                       generation_starts=generation_starts), sliced=True)
+    _add_resync_floors(tables, marks, changes, bounds, default, scope, older_watermarks,
+                       excluded, generation_starts)
     return BronzeScan(upto, max(newest) if newest else None, tables)
 
 
@@ -199,6 +208,24 @@ def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
             scan.windows = chunk_windows(table_marks)
         except DataError as exc:
             scan.window_error = str(exc)
+
+
+def _add_resync_floors(tables: dict[str, TableScan], marks: list[Watermark],
+                       changes: DataFrame, bounds: dict[str, Position], default: Position,
+                       scope: Iterable[str] | None,
+                       older_watermarks: Callable[[], Iterable[Watermark]],
+                       excluded: Collection[str], starts: Sequence[int]) -> None:
+    ends = [m for m in marks if m.kind == "resync" and m.table not in excluded
+            and (scope is None or m.table in set(scope))
+            and m.position > bounds.get(m.table, default)]
+    if not ends:
+        return
+    every = marks + list(older_watermarks())
+    for end in ends:
+        scan = tables.setdefault(end.table, TableScan(end.table))
+        floor = resync_floor(changes, end.table,
+                             [m for m in every if m.backfill_id == end.backfill_id], starts)
+        scan.truncate = max(scan.truncate or floor, floor)
 
 
 def watermarks_before(changes: DataFrame, before: Position) -> list[Watermark]:

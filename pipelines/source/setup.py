@@ -14,8 +14,12 @@ from psycopg import sql
 
 from pipelines.config import ALL_TABLES, SourceConfig
 from pipelines.errors import SourceError
+from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.ingest.lsn import format_lsn
+from pipelines.lake import Lake
 from pipelines.source.connection import connect
+from pipelines.source.lineage import (
+    RECOVER, Source, ensure_lineage, quote_ident, slot_state)
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +35,30 @@ class SetupReport:
     slot_lsn: str
 
 
-def run_setup(source: SourceConfig, landed_lsn: int = 0) -> SetupReport:
+def run_setup(source: SourceConfig, lake: Lake | None = None) -> SetupReport:
     """Validate the server and tables, then create/align the publication and the slot.
-    `landed_lsn`: the end of what the lake's bronze holds from this slot (0: nothing),
-    so that a lost slot is never silently replaced."""
+
+    With the `lake`, first check that the slot still continues what its bronze holds
+    (pipelines.source.lineage): a lost slot is never silently replaced, and the source
+    server's identity is recorded for later checks."""
     with connect(source.dsn) as conn:
         check_server(conn)
         tables = resolve_tables(conn, source.tables)
         check_keys(conn, tables)
+        bronze_end = landed_lsn(lake.bronze_changes, source.slot) if lake else 0
+        if lake is not None:
+            ensure_lineage(source.dsn, source.slot, lake, bronze_end)
         try:
             created, changed = ensure_publication(conn, source.publication, tables)
-            slot_created, slot_lsn = ensure_slot(conn, source.slot, landed_lsn)
+            slot_created, slot_lsn = ensure_slot(conn, source)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise SourceError(
                 f"setup lacks a privilege: {exc.diag.message_primary}. Creating the "
                 "publication needs CREATE on the database and ownership of the tables "
                 "(or superuser); run setup once as such a role, or have a DBA create "
                 f"publication {source.publication!r} and slot {source.slot!r}.") from exc
+    if lake is not None and slot_created:
+        ensure_lineage(source.dsn, source.slot, lake, bronze_end)  # records the identity
     return SetupReport(tables, created, changed, slot_created, slot_lsn)
 
 
@@ -158,41 +169,39 @@ def ensure_publication(conn: psycopg.Connection, name: str,
     return False, True
 
 
-def ensure_slot(conn: psycopg.Connection, slot: str, landed_lsn: int = 0) -> tuple[bool, str]:
+def ensure_slot(conn: psycopg.Connection, source: SourceConfig) -> tuple[bool, str]:
     """Create the pgoutput slot if missing; refuse a slot that cannot be used. (created, lsn)
 
-    A missing slot whose changes bronze already holds is refused too: a new slot starts
-    at the server's current position, and every change between bronze's end and it
-    (deletes included) would silently never reach the lake."""
-    row = conn.execute(
-        "SELECT plugin, database, wal_status, confirmed_flush_lsn::text "
-        "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-    if row is None and landed_lsn:
-        raise SourceError(
-            f"replication slot {slot!r} is missing, but the lake's bronze holds changes from "
-            f"it up to {format_lsn(landed_lsn)}: a new slot would start later, and the "
-            "changes in between (deletes included) would never reach the lake. Follow "
-            "docs/operations.md, 'Lost or invalidated slot': a fresh lake (an empty "
-            "lake.path) and a full backfill.")
-    if row is None:
-        lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, "
-                           "'pgoutput')", (slot,)).fetchone()[0]
-        log.info("created replication slot %s at %s", slot, lsn)
+    Whether a missing slot may be created over a lake is lineage.py's question (asked
+    first). On Postgres 17 and later the slot is a failover slot (`failover`): standbys
+    with sync_replication_slots keep a copy, so a promotion continues without a resync.
+    """
+    slot, failover = source.slot, source.failover_slot
+    state = slot_state(conn, slot)
+    if state is None:
+        supports_failover = conn.info.server_version >= 170000
+        if failover and supports_failover:
+            lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot("
+                               "%s, 'pgoutput', false, false, true)", (slot,)).fetchone()[0]
+        else:
+            lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, "
+                               "'pgoutput')", (slot,)).fetchone()[0]
+        log.info("created replication slot %s at %s%s", slot, lsn,
+                 " (failover slot)" if failover and supports_failover else "")
         return True, lsn
-    plugin, database, wal_status, lsn = row
     current_db = conn.execute("SELECT current_database()").fetchone()[0]
-    if plugin != "pgoutput" or database != current_db:
-        raise SourceError(f"replication slot {slot!r} exists but uses plugin {plugin!r} in "
-                          f"database {database!r}; expected pgoutput in {current_db!r}. "
-                          "Configure another source.slot.")
-    if wal_status == "lost":
-        raise SourceError(
-            f"replication slot {slot!r} is invalidated (WAL it needed was removed, see "
-            "max_slot_wal_keep_size). Changes were lost: drop the slot with "
-            f"SELECT pg_drop_replication_slot('{slot}'); run setup again, move the lake aside "
-            "and backfill every table into a fresh lake (a re-backfill alone would keep rows "
-            "deleted while the slot was lost). See docs/operations.md.")
-    return False, lsn
+    if state.plugin != "pgoutput" or state.database != current_db:
+        raise SourceError(f"replication slot {slot!r} exists but uses plugin {state.plugin!r} "
+                          f"in database {state.database!r}; expected pgoutput in "
+                          f"{current_db!r}. Configure another source.slot.")
+    if state.invalidated:
+        raise SourceError(f"replication slot {slot!r} is invalidated ({state.invalidated}). "
+                          f"{RECOVER}")
+    if failover and state.failover is False:
+        Source(source.dsn).command(
+            f"ALTER_REPLICATION_SLOT {quote_ident(slot)} ( FAILOVER true )")
+        log.info("replication slot %s is now a failover slot", slot)
+    return False, format_lsn(state.confirmed_flush_lsn)
 
 
 def _quoted(table: str) -> str:

@@ -1,6 +1,7 @@
 """A lost slot is never silently replaced: once bronze holds changes from a slot, `setup`
 refuses to create a new one (the changes in between would never reach the lake) and
-`status` reports the loss, both with exit 3."""
+`status` reports the loss, both with exit 3 and the way out (`lakehouse recover`,
+tests/test_recover.py; or a fresh lake)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,14 @@ def test_setup_and_status_refuse_a_new_slot_over_a_lake_with_changes(source, tmp
         conn.execute("SELECT pg_drop_replication_slot('lakehouse')")
     execute(dsn, "DELETE FROM items WHERE id = 1")  # a change no slot will ever deliver
 
-    with pytest.raises(SourceError, match="is missing, but the lake's bronze holds changes"):
-        run_setup(source.source, landed)
+    with pytest.raises(SourceError, match="is missing, but bronze holds changes"):
+        run_setup(source.source, Lake.from_config(source))
     assert not slot_exists(dsn)
 
     config = tmp_path / "lakehouse.yml"
     config.write_text(yaml.safe_dump({"source": {"dsn": dsn, "tables": list(source.source.tables)},
                                       "lake": {"path": source.lake.path}}))
-    for verb, shown in (("setup", "Lost or invalidated slot"), ("status", "MISSING")):
+    for verb, shown in (("setup", "lakehouse recover"), ("status", "BROKEN")):
         done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
                                verb], capture_output=True, text=True, timeout=120)
         assert done.returncode == 3, done.stdout + done.stderr

@@ -152,8 +152,7 @@ def test_status_exits_3_and_points_to_recovery_when_the_slot_is_lost(app_dsn, tm
     result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
                              "status"], capture_output=True, text=True)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "the slot is invalidated: changes were lost" in result.stdout
-    assert "WAL retained unknown (lost)" in result.stdout
+    assert "is invalidated" in result.stdout and "lakehouse recover" in result.stdout
     with pytest.raises(SourceError, match="is invalidated"):
         run_setup(SourceConfig(app_dsn, tables=("public.users",)))
 
