@@ -20,6 +20,8 @@ import pytest
 from bronze_builder import BronzeLake, Table, make_config
 from deltalake import DeltaTable
 
+from pipelines.bronze.generations import Generation, Registry
+from pipelines.lake import Lake
 from pipelines.silver.job import run_silver
 from pipelines.silver.progress import TableProgress, write_progress
 
@@ -79,11 +81,45 @@ class History:
         self.landed.append(("changes", [T.truncate(self.lsn, 0, self.xid)]))
 
     def watermark(self, chunk: str, kind: str, snapshot: dict | None = None,
-                  rows: int | None = None) -> None:
+                  rows: int | None = None, backfill_id: str = "bf") -> None:
         self.lsn += 1
         self.xid += 1
-        self.landed.append(("changes", [T.watermark(self.lsn, 0, "bf", int(chunk), kind,
-                                                    snapshot, xid=self.xid, rows=rows)]))
+        self.landed.append(("changes", [T.watermark(self.lsn, 0, backfill_id, int(chunk),
+                                                    kind, snapshot, xid=self.xid, rows=rows)]))
+
+    def backfill(self, backfill_id: str = "bf", truncates: bool = True) -> None:
+        """A DBLog backfill in three chunks racing with changes, a transaction committed
+        before a low watermark but invisible to the chunk's snapshot among them."""
+        rng = self.rng
+        chunks = [(1, 5), (5, 12), (12, 10 ** 6)]  # key ranges [lo, hi), read in order
+        for number, (lo, hi) in enumerate(chunks, start=1):
+            for _ in range(rng.randint(0, 3)):
+                self.random_change()
+            invisible = self.last_txn if rng.random() < 0.5 else None
+            self.watermark(str(number), "low", backfill_id=backfill_id)
+            for _ in range(rng.randint(0, 2)):
+                self.random_change()
+            # The SELECT: the table now, except what the invisible transaction did.
+            state = dict(self.rows)
+            if invisible is not None:
+                for key, value in invisible[1].items():
+                    if value is None:
+                        state.pop(key, None)
+                    else:
+                        state[key] = value
+            read = [(k, v) for k, v in sorted(state.items()) if lo <= k < hi]
+            rows = [T.chunk_row(backfill_id, number, i, id=k, name=v[0], doc=v[1])
+                    for i, (k, v) in enumerate(read)]
+            self.landed.append(("snapshots", rows))
+            for _ in range(rng.randint(0, 2)):
+                self.random_change()
+            xmin = invisible[0] if invisible else self.xid + 1
+            snapshot = {"xmin": EPOCH + xmin, "xmax": EPOCH + self.xid + 1,
+                        "xip": [EPOCH + invisible[0]] if invisible else []}
+            self.watermark(str(number), "high", snapshot, rows=len(rows),
+                           backfill_id=backfill_id)
+            if truncates and rng.random() < 0.15:
+                self.truncate()
 
     def random_change(self) -> None:
         rng, keys = self.rng, sorted(self.rows)
@@ -115,34 +151,7 @@ def generate(seed: int) -> tuple[History, dict[int, tuple[str, str]]]:
     h.next_id = 20
     for _ in range(rng.randint(2, 5)):
         h.random_change()
-    chunks = [(1, 5), (5, 12), (12, 10 ** 6)]  # key ranges [lo, hi), read in order
-    for number, (lo, hi) in enumerate(chunks, start=1):
-        for _ in range(rng.randint(0, 3)):
-            h.random_change()
-        invisible = h.last_txn if rng.random() < 0.5 else None
-        h.watermark(str(number), "low")
-        for _ in range(rng.randint(0, 2)):
-            h.random_change()
-        # The SELECT: the table now, except what the invisible transaction did.
-        state = dict(h.rows)
-        if invisible is not None:
-            for key, value in invisible[1].items():
-                if value is None:
-                    state.pop(key, None)
-                else:
-                    state[key] = value
-        read = [(k, v) for k, v in sorted(state.items()) if lo <= k < hi]
-        rows = [T.chunk_row("bf", number, i, id=k, name=v[0], doc=v[1])
-                for i, (k, v) in enumerate(read)]
-        h.landed.append(("snapshots", rows))
-        for _ in range(rng.randint(0, 2)):
-            h.random_change()
-        xmin = invisible[0] if invisible else h.xid + 1
-        snapshot = {"xmin": EPOCH + xmin, "xmax": EPOCH + h.xid + 1,
-                    "xip": [EPOCH + invisible[0]] if invisible else []}
-        h.watermark(str(number), "high", snapshot, rows=len(rows))
-        if rng.random() < 0.15:
-            h.truncate()
+    h.backfill()
     for _ in range(rng.randint(3, 8)):
         h.random_change()
     h.watermark("9", "low")  # a chunk that never completes
@@ -201,4 +210,50 @@ def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
     assert not run_silver(config, spark).failed
     assert silver(spark, pieces) == expected
     assert DeltaTable(str(progress)).version() > 0
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def generate_failover(seed: int) -> tuple[History, dict[int, tuple[str, str]], int]:
+    """A history with a failover in the middle: the primary dies after transactions its
+    standby never received; the promoted standby (same xids again, so they collide with
+    the lost ones) takes writes in a new slot generation, and a resync follows.
+    Returns the history, the new primary's final table and the generation's start."""
+    rng = random.Random(seed)
+    h = History(rng)
+    for key in range(1, 9):
+        h.rows[key] = (f"old{key}", f"P{key}")
+    h.next_id = 20
+    h.backfill(truncates=False)
+    standby = (dict(h.rows), h.xid, h.next_id)  # what the standby had received
+    for _ in range(rng.randint(3, 8)):  # on the primary only: bronze keeps them
+        h.random_change()
+    h.rows, h.xid, next_id = dict(standby[0]), standby[1], standby[2]
+    h.next_id = next_id + 1000  # keys the lost transactions inserted may come back too
+    start = h.lsn + 1  # lake LSNs of the new generation sort after all of bronze
+    for _ in range(rng.randint(1, 4)):
+        h.random_change()
+    h.backfill("rs", truncates=False)
+    h.watermark("-1", "resync", backfill_id="rs")
+    for _ in range(rng.randint(0, 3)):
+        h.random_change()
+    return h, dict(h.rows), start
+
+
+# Seeds picked by mutation: without the generation bound on unseen transactions (the
+# lost primary's xids come back on the standby) or without the resync's floor, one fails.
+@pytest.mark.parametrize("seed", [2, 16])
+def test_a_generation_change_and_resync_converge_to_the_new_primary(spark, tmp_path, seed):
+    history, final, start = generate_failover(seed)
+    expected = [(k, *v) for k, v in sorted(final.items())]
+    rng = random.Random(seed)
+    for name, max_rows in (("whole", None), ("sliced", rng.randint(5, 10))):
+        lake = BronzeLake(tmp_path / name)
+        Registry(Lake.of(lake.root)).record(
+            Generation(1, "lakehouse", "test", 2, start, 0, ("public.items",)))
+        land(lake, history.landed)
+        config = make_config(lake.root, **({"max_batch_rows": max_rows} if max_rows else {}))
+        assert not run_silver(config, spark).failed
+        assert silver(spark, lake) == expected, name
+        assert not run_silver(config, spark).failed  # idempotent
+        assert silver(spark, lake) == expected, name
     shutil.rmtree(tmp_path, ignore_errors=True)
