@@ -7,7 +7,8 @@ state and the lake's current slot generation (pipelines.bronze.generations) that
 
 - the slot is missing or invalidated while bronze holds changes from it: changes since
   are lost to the lake;
-- the source is another server (a restored copy, a logical replica, a new database);
+- the source is another server (a restored copy, a logical replica, a new database), or
+  the same one rolled back (its WAL ends before bronze does: a disk snapshot restored);
 - the source was promoted from a standby that forked before the end of what bronze
   holds: bronze has transactions the new primary never had;
 - or the lineage is intact: same server, or a promotion whose new timeline contains
@@ -182,6 +183,12 @@ def check_lineage(slot_name: str, slot: SlotState | None, server: ServerIdentity
             f"({current.system_identifier}): a restored copy or another database cannot "
             "continue bronze's positions."))
     if server.timeline == current.timeline:
+        if server.wal_lsn < held:  # it never sends WAL it has not flushed
+            return Lineage(current, problem=(
+                f"the source's WAL ends at {format_lsn(server.wal_lsn)}, before the "
+                f"{format_lsn(held)} bronze holds from it: the server was restored from a "
+                "backup or a disk snapshot, and its new transactions would reuse positions "
+                "bronze already holds."))
         return Lineage(current)
     switch = switches(server.timeline).get(current.timeline or 1)
     if switch is None:
