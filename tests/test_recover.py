@@ -28,6 +28,7 @@ from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
+from tests.slots import invalidate_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -158,28 +159,6 @@ def drop_slot(dsn: str) -> None:
                 break
             time.sleep(0.05)
         conn.execute("SELECT pg_drop_replication_slot('lakehouse')")
-
-
-def invalidate_slot(dsn: str) -> None:
-    """Make the server remove WAL the (stopped) slot needs: max_slot_wal_keep_size."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-        conn.execute("SELECT pg_reload_conf()")
-        try:
-            for _ in range(40):
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS filler (x text)")
-                conn.execute("INSERT INTO filler SELECT repeat('x', 1000) "
-                             "FROM generate_series(1, 3000)")
-                conn.execute("SELECT pg_switch_wal()")
-                conn.execute("CHECKPOINT")
-                status = conn.execute("SELECT wal_status FROM pg_replication_slots "
-                                      "WHERE slot_name = 'lakehouse'").fetchone()[0]
-                if status == "lost":
-                    return
-            raise AssertionError(f"the slot was not invalidated (wal_status {status})")
-        finally:
-            conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
-            conn.execute("SELECT pg_reload_conf()")
 
 
 def recover_and_converge(config: Config, spark, tmp_path: Path, seed: int) -> None:

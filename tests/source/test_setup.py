@@ -5,6 +5,7 @@ from pipelines.config import SourceConfig
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
 from pipelines.errors import SourceError
 from pipelines.source.setup import run_setup
+from tests.slots import invalidate_slot
 
 
 @pytest.fixture
@@ -130,22 +131,7 @@ def test_status_exits_3_and_points_to_recovery_when_the_slot_is_lost(app_dsn, tm
     import sys
 
     run_setup(SourceConfig(app_dsn, tables=("public.users",)))
-    with psycopg.connect(app_dsn, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-        conn.execute("SELECT pg_reload_conf()")
-        try:
-            for _ in range(3):  # retire WAL segments past the 1 MB the slot may keep
-                conn.execute("SELECT pg_switch_wal()")
-                conn.execute("INSERT INTO users SELECT g, repeat('x', 500) "
-                             "FROM generate_series(1, 3000) g ON CONFLICT DO NOTHING")
-                conn.execute("DELETE FROM users")
-                conn.execute("CHECKPOINT")
-            status = conn.execute("SELECT wal_status FROM pg_replication_slots "
-                                  "WHERE slot_name = 'lakehouse'").fetchone()[0]
-        finally:
-            conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
-            conn.execute("SELECT pg_reload_conf()")
-    assert status == "lost"
+    invalidate_slot(app_dsn)
     config = tmp_path / "c.yml"
     config.write_text(f"source: {{dsn: '{app_dsn}', tables: [public.users]}}\n"
                       f"lake: {{path: '{tmp_path / 'lake'}'}}\n")
