@@ -101,6 +101,11 @@ class Lake:
         """Each backfill's cursor and status."""
         return self.state("backfills")
 
+    @property
+    def slot_generations(self) -> "TableLocation":
+        """Which slot, server and timeline bronze's positions came from (recover)."""
+        return self.state("slot_generations")
+
     def tombstones(self, schema: str, table: str) -> "TableLocation":
         """The deleted keys of a silver table, with their positions."""
         return self.state("silver_tombstones", schema, table)

@@ -80,7 +80,7 @@ class Registry:
     """The lake's slot generations (`_state/slot_generations`)."""
 
     def __init__(self, lake: Lake) -> None:
-        self.location: TableLocation = lake.state("slot_generations")
+        self.location: TableLocation = lake.slot_generations
 
     def all(self) -> list[Generation]:
         """Every recorded row, oldest first; empty for a lake that never recorded one."""
