@@ -192,3 +192,23 @@ def test_postgres_18_failover_slot_continues_after_promotion_without_resync(
     assert generations[-1].timeline == 2
     run_silver(config, spark)
     assert all(d.equal for d in run_verify(config, spark, wait_seconds=10))
+
+
+def test_postgres_18_publishes_stored_generated_columns_to_silver(servers, spark, tmp_path):
+    """Before 18 a STORED generated column never reaches the slot (nor the snapshot):
+    silver lacks it. On 18 setup publishes it and both paths carry it."""
+    base, started = servers
+    primary = start_primary(base, started, bin_dir(18))
+    sql(primary, "ALTER TABLE accounts ADD COLUMN doubled int "
+                 "GENERATED ALWAYS AS (balance * 2) STORED")
+    config = config_for(primary, tmp_path / "lake")
+    run_setup(config.source, Lake.from_config(config))
+    run_backfill(config, BackfillOptions())  # the 100 rows older than the slot
+    sql(primary, "UPDATE accounts SET balance = 50 WHERE id = 1",
+        "INSERT INTO accounts (id, name, balance) VALUES (700, 'new', 7)")
+    catch_up(config, primary)
+    run_silver(config, spark)
+    silver = {r.id: r.doubled for r in spark.read.format("delta").load(
+        Lake.from_config(config).silver("public", "accounts").uri).collect()}
+    assert silver[1] == 100 and silver[700] == 14 and silver[42] == 84
+    assert all(d.equal for d in run_verify(config, spark, wait_seconds=10))

@@ -142,9 +142,10 @@ def ensure_publication(conn: psycopg.Connection, name: str,
     exists = conn.execute("SELECT puballtables, pubviaroot FROM pg_publication "
                           "WHERE pubname = %s", (name,)).fetchone()
     if exists is None:
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} "
-                             "WITH (publish_via_partition_root = true)").format(
-            sql.Identifier(name), table_list))
+        options = "publish_via_partition_root = true" + (
+            ", publish_generated_columns = stored" if _generated_columns(conn) else "")
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (" + options + ")")
+                     .format(sql.Identifier(name), table_list))
         log.info("created publication %s for %d table(s)", name, len(tables))
         return True, False
     all_tables, via_root = exists
@@ -153,6 +154,13 @@ def ensure_publication(conn: psycopg.Connection, name: str,
                           "an explicit table list. Drop it or configure another "
                           "source.publication.")
     changed = False
+    if _generated_columns(conn) and not conn.execute(
+            "SELECT pubgencols = 's' FROM pg_publication WHERE pubname = %s",
+            (name,)).fetchone()[0]:
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = stored)")
+                     .format(sql.Identifier(name)))
+        log.info("publication %s now publishes stored generated columns", name)
+        changed = True
     if not via_root:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)")
                      .format(sql.Identifier(name)))
@@ -167,6 +175,11 @@ def ensure_publication(conn: psycopg.Connection, name: str,
         sql.Identifier(name), table_list))
     log.info("publication %s now covers: %s", name, ", ".join(tables))
     return False, True
+
+
+def _generated_columns(conn: psycopg.Connection) -> bool:
+    """Postgres 18 can publish STORED generated columns: silver then has them too."""
+    return conn.info.server_version >= 180000
 
 
 def ensure_slot(conn: psycopg.Connection, source: SourceConfig) -> tuple[bool, str]:
