@@ -48,6 +48,7 @@ test: install spark-jars object-stores
 bench: install object-stores
 	$(BIN)/python -m bench.ingest_bench
 	$(BIN)/python -m bench.backfill_bench
+	$(BIN)/python -m bench.recover_bench
 	$(BIN)/python -m bench.silver_bench
 	$(BIN)/python -m bench.silver_first_run
 	$(BIN)/python -m bench.delta_log_bench
