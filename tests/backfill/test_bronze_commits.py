@@ -18,6 +18,8 @@ from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
                                      snapshot_rows)
 
+pytestmark = pytest.mark.pg_versions
+
 ROWS = 300
 DDL = f"""
 CREATE TABLE events (id int PRIMARY KEY, body text);

@@ -12,6 +12,8 @@ from pipelines.backfill.progress import ProgressDisplay
 from tests.backfill.conftest import (cli, make_config, setup_source, snapshot_rows, states,
                                      write_config_file)
 
+pytestmark = pytest.mark.pg_versions
+
 DDL = """
 CREATE TABLE users (id bigint PRIMARY KEY, name text);
 CREATE TABLE notes (id int PRIMARY KEY, body text);

@@ -19,6 +19,8 @@ from pipelines.backfill.runner import BackfillOptions, run_backfill
 from tests.backfill.conftest import make_config, select_text, setup_source, snapshot_rows
 from tests.backfill.stream import UNKNOWN, chunk_windows, peek_events, reconcile
 
+pytestmark = pytest.mark.pg_versions
+
 ROWS = 1500
 DDL = f"""
 CREATE TABLE docs (id int PRIMARY KEY, rev int NOT NULL, title text, body text);

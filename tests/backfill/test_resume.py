@@ -18,6 +18,8 @@ from tests.backfill.conftest import (cli, make_config, select_text, setup_source
                                      states, write_config_file)
 from tests.backfill.stream import chunk_windows, peek_events
 
+pytestmark = pytest.mark.pg_versions
+
 ROWS = 2000
 CHUNK = 20
 DDL = f"""

@@ -12,6 +12,8 @@ from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
                                      snapshot_rows, states)
 
+pytestmark = pytest.mark.pg_versions
+
 TRICKY = ["", " ", "a b", " leading", "trailing ", "O'Brien", '"quoted"', "comma,here",
           "new\nline", "cr\r\nlf", "tab\there", "back\\slash", "Ünïcödé ✓", "日本語", "ABC",
           "abc", "Abc", "NULL", "\\N", "emoji 🎉", "''", ",", '"', "\\."]

@@ -20,6 +20,8 @@ from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_mess
 from pipelines.source.text_format import with_text_format
 from tests.backfill.conftest import backfill, make_config, setup_source, snapshot_rows, states
 
+pytestmark = pytest.mark.pg_versions
+
 DDL = """
 CREATE TABLE items (id int PRIMARY KEY, v text);
 INSERT INTO items SELECT i, 'v' || i FROM generate_series(1, 230) i;

@@ -15,7 +15,7 @@ import yaml
 
 from tests.ingest.conftest import bronze, cli, execute, ingest
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
 XLOGDATA_HEADER = 1 + 8 + 8 + 8  # 'w', wal start, wal end, send time
 

@@ -78,6 +78,7 @@ def kill_loop_config(source, tmp_path, **ingest) -> Path:
     return config_path
 
 
+@pytest.mark.pg_versions
 def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_server, tmp_path):
     dsn = source.source.dsn
     config_path = kill_loop_config(source, tmp_path, batch_rows=200)
@@ -120,6 +121,7 @@ def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_serv
     assert actual == expected
 
 
+@pytest.mark.pg_versions
 def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(source, tmp_path):
     """A transaction bigger than a bronze batch lands in pieces; a crash between pieces
     must resume at the next change, not at the transaction's start."""
@@ -157,6 +159,7 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
     assert [int(r["values"][0]) for r in rows] == list(range(1, 30001))
 
 
+@pytest.mark.pg_versions
 def test_sigkill_while_large_transactions_stream_in(source, pg_server, tmp_path):
     """Transactions past logical_decoding_work_mem stream in (protocol v2) and become
     bronze files before their commit; kills land between files, before and after their

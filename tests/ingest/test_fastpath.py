@@ -264,6 +264,7 @@ def captured_changes(source_dsn):
 
 
 @pytest.mark.postgres
+@pytest.mark.pg_versions
 def test_fast_path_equals_reference_on_captured_bytes(captured_changes):
     cache = RelationCache()
     in_stream, checked, streamed, transactions = False, 0, 0, 0

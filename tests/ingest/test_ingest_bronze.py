@@ -12,7 +12,7 @@ import pytest
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from tests.ingest.conftest import bronze, execute, ingest
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
 
 def test_common_types_land_as_postgres_text(source):

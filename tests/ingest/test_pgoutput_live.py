@@ -10,7 +10,7 @@ from pipelines.ingest.pgoutput import (
     StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate, Type,
     decode_message)
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
 
 def captured(dsn: str, *options: str) -> list[bytes]:
