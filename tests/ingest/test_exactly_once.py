@@ -174,6 +174,17 @@ def test_sigkill_while_large_transactions_stream_in_with_the_lake_on_s3(s3_sourc
     kill_while_streaming(s3_source, pg_server, tmp_path)
 
 
+def wait_streaming(dsn: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until the ingest process holds the slot."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not conn.execute("SELECT active FROM pg_replication_slots "
+                               "WHERE slot_name = 'lakehouse'").fetchone()[0]:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the ingest never started streaming"
+            time.sleep(0.05)
+
+
 def streamed_transactions(dsn: str, wait: float = 15) -> int:
     """The slot's streamed transactions, once the server has published its statistics
     (a walsender reports them at exit; under load that lags)."""
@@ -204,6 +215,7 @@ def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
         for _ in range(6):
             proc = cli(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
+            wait_streaming(dsn, proc)  # startup (checks, a lake on S3) takes its own time
             time.sleep(rng.uniform(0.8, 2.0))
             assert proc.poll() is None, proc.stderr.read().decode()
             os.kill(proc.pid, signal.SIGKILL)
