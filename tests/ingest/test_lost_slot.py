@@ -18,7 +18,7 @@ from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
 from tests.ingest.conftest import execute, ingest
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
 
 def slot_exists(dsn: str) -> bool:
