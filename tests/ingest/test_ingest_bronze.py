@@ -292,4 +292,5 @@ def test_a_slot_dropped_while_streaming_stops_the_ingest_with_exit_3(source):
     worker.join(30)
     assert not worker.is_alive()
     assert outcome["error"].exit_code == 3
-    assert "does not exist" in str(outcome["error"]) and "lakehouse setup" in str(outcome["error"])
+    # The stream's error or the lineage check before the reconnect, whichever comes first
+    assert "lakehouse recover" in str(outcome["error"])
