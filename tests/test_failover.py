@@ -100,6 +100,7 @@ def start_primary(base: Path, started: list, binaries: Path,
     return primary
 
 
+@pytest.mark.pg_versions  # the others start Postgres 18 themselves
 def test_failover_to_a_standby_that_missed_transactions_recovers_in_place(
         servers, pg_server, spark, tmp_path):
     base, started = servers

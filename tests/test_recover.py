@@ -30,7 +30,7 @@ from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
 from tests.slots import invalidate_slot
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark]
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]
 
 TABLES = ("public.accounts", "public.pairs")
 
