@@ -262,6 +262,8 @@ def format_diffs(diffs: Sequence[TableDiff]) -> str:
             if diff.counts.get(kind):
                 keys = "; ".join(diff.examples.get(kind, []))
                 lines.append(f"  {kind}: {diff.counts[kind]} key(s), e.g. {keys}")
+        if not diff.equal:
+            lines.append(f"  repair: lakehouse backfill --resync {diff.table}")
     return "\n".join(lines)
 
 

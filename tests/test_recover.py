@@ -212,7 +212,8 @@ def test_an_invalidated_slot_is_detected_and_recovered_in_place(config, spark, t
     with psycopg.connect(config.source.dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM accounts WHERE id <= 20")  # never captured: the slot is lost
         conn.execute("UPDATE accounts SET id = id + 5000 WHERE id BETWEEN 21 AND 30")
-    invalidate_slot(config.source.dsn)
+    with Workload(config.source.dsn, seed=4):  # writes while the server drops WAL
+        invalidate_slot(config.source.dsn)
     with pytest.raises((LineageBroken, SourceError), match="lakehouse recover"):
         ingest(config)
     done = cli(config, tmp_path, "status")

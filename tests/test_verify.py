@@ -110,6 +110,7 @@ def test_planted_differences_are_found_by_key(pipeline, spark):
     assert pairs_diff.counts == {"different": 1} and pairs_diff.examples == {"different": ["1, y"]}
     report = format_diffs(diffs.values())
     assert "public.things: DIFFERENT" in report and "missing: 1 key(s), e.g. 1" in report
+    assert "repair: lakehouse backfill --resync public.things" in report
 
 
 def test_changes_not_yet_ingested_are_reported_as_not_caught_up(pipeline, spark):
