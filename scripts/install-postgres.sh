@@ -21,7 +21,7 @@ echo "Installing PostgreSQL 15 (Debian's postgresql-15) for the --postgres 15 te
 $SUDO apt-get update -qq
 if ! apt-cache show postgresql-15 >/dev/null 2>&1; then
   echo "postgresql-15 is not in this machine's apt sources: Debian 12 has it; elsewhere add" \
-       "the PostgreSQL project's repository (apt.postgresql.org) and run this again." >&2
+       "the PostgreSQL project's apt repository and run this again." >&2
   exit 1
 fi
 $SUDO env DEBIAN_FRONTEND=noninteractive \
