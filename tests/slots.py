@@ -5,6 +5,22 @@ from __future__ import annotations
 import psycopg
 
 
+def drop_slot(dsn: str, slot: str = "lakehouse") -> None:
+    """Drop the slot even while an ingest streams from it and reconnects at once: the
+    terminate and the drop are retried server-side, so the drop wins the race."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""DO $$ BEGIN FOR i IN 1..500 LOOP BEGIN
+            PERFORM pg_terminate_backend(active_pid) FROM pg_replication_slots
+              WHERE slot_name = %(slot)s AND active_pid IS NOT NULL;
+            PERFORM pg_drop_replication_slot(%(slot)s); RETURN;
+            EXCEPTION WHEN object_in_use THEN PERFORM pg_sleep(0.005); END; END LOOP;
+            RAISE 'slot still in use'; END $$""".replace("%(slot)s", _literal(slot)))
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def invalidate_slot(dsn: str, slot: str = "lakehouse") -> None:
     """Make the server remove WAL the (stopped) slot needs: max_slot_wal_keep_size."""
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -28,7 +28,7 @@ from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
 from pipelines.verify import run_verify
-from tests.slots import invalidate_slot
+from tests.slots import drop_slot, invalidate_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]
 
@@ -147,18 +147,6 @@ def cli(config: Config, tmp_path: Path, *args: str) -> subprocess.CompletedProce
                                     "lake": {"path": config.lake.path}}))
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(path), *args],
                           capture_output=True, text=True, timeout=180)
-
-
-def drop_slot(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                     "WHERE slot_name = 'lakehouse' AND active_pid IS NOT NULL")
-        for _ in range(100):
-            if not conn.execute("SELECT active FROM pg_replication_slots "
-                                "WHERE slot_name = 'lakehouse'").fetchone()[0]:
-                break
-            time.sleep(0.05)
-        conn.execute("SELECT pg_drop_replication_slot('lakehouse')")
 
 
 def recover_and_converge(config: Config, spark, tmp_path: Path, seed: int) -> None:

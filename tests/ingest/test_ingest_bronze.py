@@ -11,6 +11,7 @@ import pytest
 
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from tests.ingest.conftest import bronze, execute, ingest
+from tests.slots import drop_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
@@ -281,14 +282,7 @@ def test_a_slot_dropped_while_streaming_stops_the_ingest_with_exit_3(source):
     worker.start()
     execute(dsn, "INSERT INTO items (id) VALUES (1)")
     _wait_for_rows(source, 1)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        # Server-side, so the drop wins the race with the ingest's immediate reconnect.
-        conn.execute("""DO $$ BEGIN FOR i IN 1..500 LOOP BEGIN
-            PERFORM pg_terminate_backend(active_pid) FROM pg_replication_slots
-              WHERE slot_name = 'lakehouse' AND active_pid IS NOT NULL;
-            PERFORM pg_drop_replication_slot('lakehouse'); RETURN;
-            EXCEPTION WHEN object_in_use THEN PERFORM pg_sleep(0.005); END; END LOOP;
-            RAISE 'slot still in use'; END $$""")
+    drop_slot(dsn)
     worker.join(30)
     assert not worker.is_alive()
     assert outcome["error"].exit_code == 3
