@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from pipelines.errors import ConfigError, SourceError
+from pipelines.source.setup import publishes_generated_columns
 
 
 @dataclass(frozen=True)
@@ -60,16 +61,14 @@ def table_shape(conn: psycopg.Connection, table: str, publication: str) -> Sourc
     column_list, row_filter = published
     # Stored generated columns are published from Postgres 18 on when the publication
     # says so (setup does): the snapshot then reads them too, as the stream sends them.
-    generated = conn.info.server_version >= 180000 and conn.execute(
-        "SELECT pubgencols = 's' FROM pg_publication WHERE pubname = %s",
-        (publication,)).fetchone()[0]
+    generated = publishes_generated_columns(conn, publication)
     rows = conn.execute(
         "SELECT a.attname, t.typname, a.atttypid::int8, a.atttypmod, "
         "format_type(a.atttypid, a.atttypmod) "
         "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
         "AND (a.attgenerated = '' OR (%s AND a.attgenerated = 's')) ORDER BY a.attnum",
-        (regclass(table), bool(generated))).fetchall()
+        (regclass(table), generated)).fetchall()
     if column_list is not None:
         allowed = set(column_list)
         rows = [r for r in rows if r[0] in allowed]

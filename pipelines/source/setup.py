@@ -154,9 +154,7 @@ def ensure_publication(conn: psycopg.Connection, name: str,
                           "an explicit table list. Drop it or configure another "
                           "source.publication.")
     changed = False
-    if _generated_columns(conn) and not conn.execute(
-            "SELECT pubgencols = 's' FROM pg_publication WHERE pubname = %s",
-            (name,)).fetchone()[0]:
+    if _generated_columns(conn) and not publishes_generated_columns(conn, name):
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = stored)")
                      .format(sql.Identifier(name)))
         log.info("publication %s now publishes stored generated columns", name)
@@ -182,6 +180,13 @@ def _generated_columns(conn: psycopg.Connection) -> bool:
     return conn.info.server_version >= 180000
 
 
+def publishes_generated_columns(conn: psycopg.Connection, publication: str) -> bool:
+    """Whether the publication sends STORED generated columns (Postgres 18+)."""
+    return _generated_columns(conn) and bool(conn.execute(
+        "SELECT pubgencols = 's' FROM pg_publication WHERE pubname = %s",
+        (publication,)).fetchone()[0])
+
+
 def ensure_slot(conn: psycopg.Connection, source: SourceConfig) -> tuple[bool, str]:
     """Create the pgoutput slot if missing; refuse a slot that cannot be used. (created, lsn)
 
@@ -192,15 +197,12 @@ def ensure_slot(conn: psycopg.Connection, source: SourceConfig) -> tuple[bool, s
     slot, failover = source.slot, source.failover_slot
     state = slot_state(conn, slot)
     if state is None:
-        supports_failover = conn.info.server_version >= 170000
-        if failover and supports_failover:
-            lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot("
-                               "%s, 'pgoutput', false, false, true)", (slot,)).fetchone()[0]
-        else:
-            lsn = conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, "
-                               "'pgoutput')", (slot,)).fetchone()[0]
+        failover = failover and conn.info.server_version >= 170000
+        create = ("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput'"
+                  + (", failover => true)" if failover else ")"))
+        lsn = conn.execute(create, (slot,)).fetchone()[0]
         log.info("created replication slot %s at %s%s", slot, lsn,
-                 " (failover slot)" if failover and supports_failover else "")
+                 " (failover slot)" if failover else "")
         return True, lsn
     current_db = conn.execute("SELECT current_database()").fetchone()[0]
     if state.plugin != "pgoutput" or state.database != current_db:
