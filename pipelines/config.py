@@ -66,11 +66,16 @@ class BackfillConfig:
 
 @dataclass(frozen=True)
 class SilverConfig:
-    """Silver and gold refresh loop and tombstone retention."""
+    """Silver's loop (a run as soon as bronze has new commits), table layout and
+    tombstone retention."""
 
-    interval_seconds: float = 10.0
+    interval_seconds: float = 1.0  # the least time between the starts of two runs
+    poll_seconds: float = 0.5  # how often an idle loop looks for a new bronze commit
     tombstone_retention_hours: float = 168.0
     max_batch_rows: int = 2_000_000  # more new bronze is applied in slices (silver/slicing.py)
+    deletion_vectors: bool = True  # merge-on-read: a MERGE writes only the rows it changes
+    compact_files: int = 50  # compact a table once it has this many small files (0: never)
+    target_file_mb: int = 64  # the size compaction aims for
 
 
 @dataclass(frozen=True)

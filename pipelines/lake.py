@@ -290,8 +290,8 @@ def read_delta(where: Where, columns: list[str] | None = None,
     to_pyarrow_dataset whose files pyarrow reads through delta-rs's filesystem) now and
     then abort the interpreter at exit with deltalake 1.6 ("terminate called without an
     active exception"): measured 1 in 60 runs locally against 0 in 150 this way, and
-    seen on S3 too. Partitioned tables and tables with deletion vectors (neither of
-    which this project writes) still need delta-rs's scan.
+    seen on S3 too. Partitioned tables (which this project does not write) still need
+    delta-rs's dataset, and tables with deletion vectors (silver's) its own engine.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -300,8 +300,15 @@ def read_delta(where: Where, columns: list[str] | None = None,
     where = location(where)
     table = where.open()
     schema = pa.schema(table.schema())
-    if table.metadata().partition_columns or \
-            "deletionVectors" in (table.protocol().reader_features or []):
+    if "deletionVectors" in (table.protocol().reader_features or []):
+        # Silver and tombstone tables: pyarrow would return the rows a deletion vector
+        # removed; delta-rs's own engine applies them.
+        rows = pa.RecordBatchReader.from_stream(
+            table.scan(columns=columns if filter is None else None)).read_all()
+        rows = rows.cast(pa.schema([schema.field(name) for name in rows.column_names]))
+        rows = rows if filter is None else rows.filter(filter)
+        return rows.select(columns) if columns is not None else rows
+    if table.metadata().partition_columns:
         dataset = table.to_pyarrow_dataset()
     elif storage.store_kind(where.uri):
         import obstore

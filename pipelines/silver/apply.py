@@ -34,10 +34,10 @@ from pipelines.silver.events import (
     snapshot_rows, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
-from pipelines.silver.maintenance import Maintenance
+from pipelines.silver.maintenance import DELETION_VECTORS, Maintenance
 from pipelines.silver.merge import (
-    STALE, add_columns_merge_sql, floor_merge_sql, mark_stale_events, silver_merge_sql,
-    tombstone_merge_sql)
+    STALE, add_columns_merge_sql, floor_merge_sql, key_range, mark_stale_events,
+    silver_merge_sql, tombstone_merge_sql)
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.reconcile import WINDOW_SCHEMA, reconcile_chunks, window_rows
 from pipelines.silver.resync import generation_start
@@ -68,6 +68,7 @@ class SilverContext:
     changes: DataFrame
     names: TableNames
     generation_starts: Sequence[int] = ()  # pipelines.bronze.generations
+    deletion_vectors: bool = True  # new tables get them (silver.deletion_vectors)
 
     def exists(self, table: TableRef) -> bool:
         """Whether the silver or tombstone table exists yet."""
@@ -283,19 +284,22 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     else:
         _create_table(run, marks, StructType([StructField(k, types[k], True) for k in keys]
                                              + list(METADATA_FIELDS)), replace_tables)
+    for target in (silver, marks):
+        run.maintenance.prepare(run.spark, target, keys)
 
+    bounds = key_range(staged, keys)
     staged.filter(~F.col(STALE)).select(
         *(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED])) \
         .createOrReplaceTempView(SOURCE_VIEW)
     run.spark.sql(silver_merge_sql(silver.sql, SOURCE_VIEW, keys, final.names, carried,
-                                   floor if floor_moved else None, toast)).collect()
+                                   floor if floor_moved else None, toast, bounds)).collect()
 
     staged.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
         .createOrReplaceTempView(SOURCE_VIEW)
     expire = (newest_commit_micros - run.retention // timedelta(microseconds=1)
               if newest_commit_micros is not None else None)
     run.spark.sql(tombstone_merge_sql(marks.sql, SOURCE_VIEW, keys,
-                                      floor if floor_moved else None, expire)).collect()
+                                      floor if floor_moved else None, expire, bounds)).collect()
     run.maintenance.register(run.spark, schema, name, silver)
     if plan.new or plan.widen:
         log.info("silver %s: added columns %s, widened %s", shape.qualified_name,
@@ -319,9 +323,14 @@ def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFram
 
 def _create_table(run: SilverContext, table: TableRef, schema: StructType,
                   replace_table: bool) -> None:
-    """Create an empty Delta table (or replace one, for a rebuild)."""
+    """Create an empty Delta table (or replace one, for a rebuild), with deletion vectors
+    unless silver.deletion_vectors is off: a MERGE then marks the rows it replaces in
+    the files that hold them instead of rewriting those files, so its cost follows the
+    batch (docs/silver.md, table layout)."""
     ensure_schema(run.spark, table)
     writer = run.spark.createDataFrame([], schema).write.format("delta")
+    if run.deletion_vectors:
+        writer = writer.option(DELETION_VECTORS, "true")
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)

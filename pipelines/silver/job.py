@@ -92,7 +92,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     starts = generation_starts(Registry(lake).all())
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
-                        starts)
+                        starts, config.silver.deletion_vectors)
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     reports: dict[str, TableReport] = {}
     upto = None
@@ -119,7 +119,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         scanned = max(scan.upto, progress.scanned) if tables is None and not rebuild else None
         write_progress(spark, progress_path, progress_exists, new_progress, scanned)
         progress_exists = True
-        _trim_logs(run, [r.table for r in slice_reports if not r.error], progress_path)
+        _maintain(run, [r.table for r in slice_reports if not r.error], progress_path)
         progress = Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
         for report in slice_reports:
             reports[report.table] = _combined(reports.get(report.table), report)
@@ -167,13 +167,16 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
     return reports, new_progress
 
 
-def _trim_logs(run: SilverContext, tables: Sequence[str],
-               progress_path: TableLocation) -> None:
-    """Keep the Delta logs this run committed to short (pipelines.lake.LOG_RETENTION)."""
+def _maintain(run: SilverContext, tables: Sequence[str], progress_path: TableLocation) -> None:
+    """After the progress is recorded (the run's changes are visible already): compact
+    the tables this run merged into once they have many small files, and keep their
+    Delta logs short (pipelines.lake.LOG_RETENTION)."""
     for name in tables:
         schema, table = name.split(".", 1)
-        run.maintenance.trim_log(run.names.silver(schema, table))
-        run.maintenance.trim_log(run.names.tombstones(schema, table))
+        for target in (run.names.silver(schema, table), run.names.tombstones(schema, table)):
+            if run.exists(target):  # a bare truncate may have written neither
+                run.maintenance.compact(run.spark, target)
+            run.maintenance.trim_log(target)
     run.maintenance.trim_log(TableRef(path=progress_path))
 
 

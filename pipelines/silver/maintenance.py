@@ -2,20 +2,29 @@
 
 Sail has no Delta maintenance SQL and an in-memory catalog (docs/architecture.md portability rules
 1 and 8), so on the local and spark engines silver tables (Delta paths in the lake) are
-registered in the session catalog at the start of every run and delta-rs trims their
-logs; on Databricks silver tables need neither: they are Unity Catalog managed tables
-from the start (pipelines.catalog names them).
+registered in the session catalog at the start of every run, and delta-rs trims their
+logs, turns deletion vectors on for tables made without them and compacts their small
+files. On Databricks silver tables are Unity Catalog managed tables (pipelines.catalog
+names them): clustered by their key and compacted with Delta's own SQL.
+
+Why compaction at all: with deletion vectors every MERGE adds a few small files (its
+inserted and updated rows) instead of rewriting the files it touches, so a table applied
+every second gains thousands of files an hour, and every read plans and opens each.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import logging
+from typing import Protocol, Sequence
 
 from pyspark.sql import SparkSession
 
 from pipelines.catalog import TableRef, quote, silver_table_name
-from pipelines.config import Config
+from pipelines.config import Config, SilverConfig
 from pipelines.lake import Lake, TableLocation, trim_log
+
+log = logging.getLogger(__name__)
+DELETION_VECTORS = "delta.enableDeletionVectors"  # the table property
 
 CATALOG_DATABASE = "silver"
 table_name = silver_table_name  # users, sales_orders: the name in a catalog
@@ -36,12 +45,26 @@ class Maintenance(Protocol):
     def trim_log(self, table: TableRef) -> None:
         """Delete the table's expired Delta log files (see pipelines.lake.LOG_RETENTION)."""
 
+    def prepare(self, spark: SparkSession, table: TableRef, keys: Sequence[str]) -> None:
+        """Before the first MERGE of this process into an existing table: give it the
+        layout new tables get (deletion vectors; clustering by key on Databricks)."""
+
+    def compact(self, spark: SparkSession, table: TableRef) -> bool:
+        """Compact the table's small files once there are silver.compact_files of them;
+        True if it did."""
+
 
 class LocalMaintenance:
-    """Tables registered in the session's in-memory catalog; logs trimmed by delta-rs."""
+    """Tables registered in the session's in-memory catalog; logs trimmed, deletion
+    vectors turned on and small files compacted by delta-rs (which applies deletion
+    vectors when it rewrites a file)."""
 
     # (session, name) -> table registered, for as long as the process runs
     _registered: dict[tuple[int, str], TableLocation] = {}
+    _prepared: set[TableLocation] = set()  # tables whose layout this process checked
+
+    def __init__(self, settings: SilverConfig = SilverConfig()) -> None:
+        self.settings = settings
 
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         # The catalog lives as long as the session: the name may still point at another
@@ -71,13 +94,50 @@ class LocalMaintenance:
         if table.path is not None:
             trim_log(table.path)
 
+    def prepare(self, spark: SparkSession, table: TableRef, keys: Sequence[str]) -> None:
+        path = table.path
+        if path is None or path in self._prepared or not self.settings.deletion_vectors:
+            return
+        delta = path.open()
+        if delta.metadata().configuration.get(DELETION_VECTORS) != "true":
+            from deltalake import TableFeatures
+
+            delta.alter.add_feature(TableFeatures.DeletionVectors,
+                                    allow_protocol_versions_increase=True)
+            delta.alter.set_table_properties({DELETION_VECTORS: "true"})
+            log.info("silver %s: deletion vectors turned on", path)
+        self._prepared.add(path)
+
+    def compact(self, spark: SparkSession, table: TableRef) -> bool:
+        if table.path is None:
+            return False
+        target = self.settings.target_file_mb * 1024 * 1024
+        delta = table.path.open()
+        sizes = delta.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+        small = sum(1 for size in sizes if size < target // 2)
+        if small < self.settings.compact_files:
+            return False
+        try:
+            metrics = delta.optimize.compact(target_size=target)
+        except Exception:  # noqa: BLE001 - a table left uncompacted is only slower
+            log.warning("could not compact %s", table.path, exc_info=True)
+            return False
+        log.info("silver %s: compacted %s small files into %s", table.path,
+                 metrics["numFilesRemoved"], metrics["numFilesAdded"])
+        return True
+
 
 class DatabricksMaintenance:
     """The job cluster's session. Silver tables are Unity Catalog managed tables, created
-    by the silver job under their names: nothing to register."""
+    by the silver job under their names: nothing to register. They are clustered by
+    their key (liquid clustering) and compacted by OPTIMIZE, which also clusters."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    _prepared: set[str] = set()  # tables whose layout this process checked
+    _merges: dict[str, int] = {}  # MERGE statements into each table since its OPTIMIZE
+
+    def __init__(self, spark: SparkSession, settings: SilverConfig = SilverConfig()) -> None:
         self.spark = spark
+        self.settings = settings
 
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         return None  # managed tables are queryable by name from their creation
@@ -88,9 +148,45 @@ class DatabricksMaintenance:
     def trim_log(self, table: TableRef) -> None:
         return None  # Databricks cleans up Delta logs itself, and lists them by offset
 
+    def prepare(self, spark: SparkSession, table: TableRef, keys: Sequence[str]) -> None:
+        if table.path is not None or table.sql in self._prepared:
+            return  # the tombstones stay in the lake: the local adapter's part
+        detail = spark.sql(f"DESCRIBE DETAIL {table.sql}").first()
+        for statement in layout_statements(table.sql, keys, self.settings.deletion_vectors,
+                                           detail["clusteringColumns"] or [],
+                                           detail["properties"] or {}):
+            spark.sql(statement).collect()
+        self._prepared.add(table.sql)
+
+    def compact(self, spark: SparkSession, table: TableRef) -> bool:
+        # OPTIMIZE lists the table's files to decide; run it once per compact_files MERGE
+        # statements, the most small files a table gains in between (one or two per MERGE).
+        if table.path is not None:
+            return False
+        merges = self._merges.get(table.sql, 0) + 1
+        self._merges[table.sql] = merges % self.settings.compact_files
+        if merges < self.settings.compact_files:
+            return False
+        spark.sql(f"OPTIMIZE {table.sql}").collect()
+        return True
+
+
+def layout_statements(table: str, keys: Sequence[str], deletion_vectors: bool,
+                      clustering: Sequence[str], properties: dict[str, str]) -> list[str]:
+    """The statements that give a catalog table silver's layout, given what DESCRIBE
+    DETAIL says it has: liquid clustering by the key, and deletion vectors (when
+    silver.deletion_vectors is false the workspace's default stands)."""
+    statements = []
+    if list(clustering) != list(keys):
+        statements.append(f"ALTER TABLE {table} CLUSTER BY "
+                          f"({', '.join(quote(k) for k in keys)})")
+    if deletion_vectors and properties.get(DELETION_VECTORS) != "true":
+        statements.append(f"ALTER TABLE {table} SET TBLPROPERTIES ('{DELETION_VECTORS}' = true)")
+    return statements
+
 
 def maintenance_for(config: Config, spark: SparkSession) -> Maintenance:
     """The adapter for `config.engine`."""
     if config.engine == "databricks":
-        return DatabricksMaintenance(spark)
-    return LocalMaintenance()
+        return DatabricksMaintenance(spark, config.silver)
+    return LocalMaintenance(config.silver)

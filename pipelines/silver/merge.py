@@ -18,10 +18,13 @@ on the local engines, a Unity Catalog name on Databricks. Nothing else differs.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Collection, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ByteType, DateType, IntegerType, LongType, ShortType, StringType)
 
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
@@ -41,14 +44,48 @@ def _at_or_below(floor: Position, alias: str = "t") -> str:
             f"AND {alias}.{CHANGE_INDEX} <= {index}))")
 
 
-def _on(keys: Sequence[str]) -> str:
-    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+def _on(keys: Sequence[str], key_range: str | None) -> str:
+    equal = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    return f"{equal} AND {key_range}" if key_range else equal
+
+
+def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
+    """`t.k BETWEEN <least> AND <greatest>` for each key column of the batch that has a
+    literal form (integers, strings, dates), joined by AND; None when none has.
+
+    The engines skip the target files whose key statistics fall outside the literals
+    (Sail with deletion vectors, delta-spark, Databricks), so a MERGE of recent keys
+    reads the files that hold recent keys, not the whole table. A join condition alone
+    gives them nothing to skip with. Every key of the batch is inside the range, so the
+    MERGE matches the same rows.
+    """
+    kinds = {f.name: f.dataType for f in batch.schema.fields}
+    ranged = [k for k in keys if isinstance(kinds[k], _LITERAL_TYPES)]
+    if not ranged:
+        return None
+    row = batch.agg(*(bound(col(k)) for k in ranged for bound in (F.min, F.max))).first()
+    if row is None or row[0] is None:  # an empty batch
+        return None
+    return " AND ".join(f"t.{quote(k)} BETWEEN {_literal(row[2 * i])} AND "
+                        f"{_literal(row[2 * i + 1])}" for i, k in enumerate(ranged))
+
+
+_LITERAL_TYPES = (ByteType, ShortType, IntegerType, LongType, StringType, DateType)
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, str):
+        return f"'{_string(value)}'"
+    if isinstance(value, date):
+        return f"DATE'{value.isoformat()}'"
+    return str(int(value))
 
 
 def silver_merge_sql(target: str, source: str, keys: Sequence[str],
                      target_columns: Sequence[str], source_columns: Sequence[str],
                      floor: Position | None = None,
-                     unchanged: Collection[str] | None = None) -> str:
+                     unchanged: Collection[str] | None = None,
+                     key_range: str | None = None) -> str:
     """MERGE of the events view `source` into the silver table `target`.
 
     target_columns: every column of the target table (after schema evolution);
@@ -57,6 +94,8 @@ def silver_merge_sql(target: str, source: str, keys: Sequence[str],
     TOAST column keeps the target's value; `unchanged` names the only columns an event
     may leave unchanged (None: any), the others are copied without a test. `floor`: a
     truncate in this batch; rows at or below it that the batch does not write are deleted.
+    `key_range`: the batch's key_range (rows outside it are never matched, so the floor
+    still reaches them).
     """
     carried = set(source_columns) | {LSN, CHANGE_INDEX, COMMIT_TS}
 
@@ -76,7 +115,7 @@ def silver_merge_sql(target: str, source: str, keys: Sequence[str],
     updates = ", ".join(f"{quote(n)} = {value(n)}" for n in target_columns if n not in keys)
     names = ", ".join(quote(n) for n in target_columns)
     values = ", ".join(inserted(n) for n in target_columns)
-    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys)}\n"
+    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys, key_range)}\n"
            f"WHEN MATCHED AND s.{OP} = '{DELETE}' AND {_newer()} THEN DELETE\n"
            f"WHEN MATCHED AND s.{OP} = '{UPSERT}' AND {_newer()} THEN UPDATE SET {updates}\n"
            f"WHEN NOT MATCHED AND s.{OP} = '{UPSERT}' THEN INSERT ({names}) VALUES ({values})")
@@ -87,7 +126,8 @@ def silver_merge_sql(target: str, source: str, keys: Sequence[str],
 
 def tombstone_merge_sql(target: str, source: str, keys: Sequence[str],
                         floor: Position | None = None,
-                        expire_before_micros: int | None = None) -> str:
+                        expire_before_micros: int | None = None,
+                        key_range: str | None = None) -> str:
     """MERGE of the same events into the tombstone table (keys + position + commit time).
 
     Tombstones at or below a new truncate `floor` or committed before
@@ -96,7 +136,7 @@ def tombstone_merge_sql(target: str, source: str, keys: Sequence[str],
     meta = [LSN, CHANGE_INDEX, COMMIT_TS]
     names = ", ".join(quote(n) for n in [*keys, *meta])
     values = ", ".join(f"s.{quote(n)}" for n in [*keys, *meta])
-    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys)}\n"
+    sql = (f"MERGE INTO {target} t USING {source} s ON {_on(keys, key_range)}\n"
            f"WHEN MATCHED AND s.{OP} = '{DELETE}' AND {_newer()} THEN UPDATE SET "
            + ", ".join(f"{n} = s.{n}" for n in meta) + "\n"
            f"WHEN MATCHED AND s.{OP} = '{UPSERT}' AND {_newer()} THEN DELETE\n"

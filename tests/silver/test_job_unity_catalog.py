@@ -17,8 +17,19 @@ from test_job import EXPECTED_ITEMS, ITEMS, history
 from pipelines.catalog import TableNames, read_table
 from pipelines.config import DatabricksConfig, LakeConfig
 from pipelines.silver.job import run_silver
+from pipelines.silver.maintenance import DatabricksMaintenance
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(autouse=True)
+def unity_layout(config_engine, monkeypatch):
+    """Sail has none of DESCRIBE DETAIL, ALTER TABLE ... CLUSTER BY and OPTIMIZE
+    (portability rule 1): on Sail the Databricks adapter's layout steps are left out;
+    classic Spark with Delta runs them as Databricks does."""
+    if config_engine == "local":
+        monkeypatch.setattr(DatabricksMaintenance, "prepare", lambda *args: None)
+        monkeypatch.setattr(DatabricksMaintenance, "compact", lambda *args: False)
 
 
 @pytest.fixture
@@ -143,3 +154,21 @@ def test_source_tables_sharing_a_catalog_table_stop_instead_of_mixing(spark, lak
         (1, "flat")]  # with the other one left out of source.tables
     assert [(t.table, t.error) for t in run_silver(config, spark).tables] == [
         ("sales.orders", None)]  # by path the two tables do not clash
+
+
+def test_catalog_tables_are_clustered_by_key_merged_on_read_and_optimized(spark, lake, unity,
+                                                                         config_engine):
+    if config_engine == "local":
+        pytest.skip("Sail runs no layout SQL (unity_layout); the Spark pass runs this")
+    unity = replace(unity, silver=replace(unity.silver, compact_files=2))
+    history(lake)
+    run_silver(unity, spark)
+    lake.append_changes([ITEMS.delete(23, 0, id=1)])
+    run_silver(unity, spark)
+    items = TableNames.from_config(unity).silver("public", "items").sql
+    detail = spark.sql(f"DESCRIBE DETAIL {items}").first()
+    assert detail["clusteringColumns"] == ["id"]
+    assert detail["properties"]["delta.enableDeletionVectors"] == "true"
+    operations = [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {items}").collect()]
+    assert "OPTIMIZE" in operations and "CLUSTER BY" in operations
+    assert [r[:2] for r in table_rows(spark, items, "id", "name")][:2] == [(2, "b2"), (30, "c")]

@@ -1,0 +1,115 @@
+"""Silver's table layout on Sail and on classic Spark with delta-spark: deletion vectors (a
+MERGE marks the rows it replaces instead of rewriting their files), the batch's key range
+in every MERGE, deletion vectors turned on for a table made without them, and compaction
+of small files. Readers see the same rows whatever the layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+import pytest
+from bronze_builder import Table
+from deltalake import DeltaTable
+from test_job import ITEMS, items
+
+from pipelines.lake import read_delta
+from pipelines.silver.job import run_silver
+from pipelines.silver.merge import key_range, silver_merge_sql
+
+pytestmark = pytest.mark.spark
+
+TAGS = Table("public.tags", ("tag", "day", "n"), ("text", "date", "int4"), ("tag", "day"))
+
+
+def last_merge(path) -> dict:
+    """The newest MERGE commit's operation metrics, as numbers."""
+    commit = next(c for c in DeltaTable(str(path)).history() if c["operation"] == "MERGE")
+    return {k: int(v) for k, v in commit["operationMetrics"].items() if str(v).isdigit()}
+
+
+def with_silver(config, **settings):
+    return replace(config, silver=replace(config.silver, **settings))
+
+
+def silver_path(lake, table="items"):
+    return lake.root / "silver" / "public" / table
+
+
+def test_a_merge_marks_the_rows_it_replaces_instead_of_rewriting_their_files(spark, lake, config):
+    lake.append_changes([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(200)])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.update(11, 0, id=7, name="seven", doc="d"),
+                         ITEMS.delete(11, 1, id=8)])
+    run_silver(config, spark)
+    metrics = last_merge(silver_path(lake))
+    assert metrics["numTargetRowsCopied"] == 0  # copy-on-write would copy the other 198
+    assert metrics["numTargetDeletionVectorsAdded"] >= 1
+    rows = items(spark, lake.root)
+    assert len(rows) == 199 and (7, "seven", "d") in rows and not [r for r in rows if r[0] == 8]
+    protocol = DeltaTable(str(silver_path(lake))).protocol()
+    assert protocol.reader_features == ["deletionVectors"]
+
+
+def test_without_deletion_vectors_tables_are_copy_on_write_until_turned_on(spark, lake, config):
+    lake.append_changes([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(50)])
+    run_silver(with_silver(config, deletion_vectors=False), spark)
+    assert not DeltaTable(str(silver_path(lake))).protocol().reader_features
+    lake.append_changes([ITEMS.update(11, 0, id=3, name="three", doc="d")])
+    run_silver(with_silver(config, deletion_vectors=False), spark)
+    assert last_merge(silver_path(lake))["numTargetRowsCopied"] == 49
+
+    lake.append_changes([ITEMS.update(12, 0, id=4, name="four", doc="d")])
+    run_silver(config, spark)  # the default turns them on for the existing table
+    assert last_merge(silver_path(lake))["numTargetRowsCopied"] == 0
+    assert DeltaTable(str(silver_path(lake))).metadata().configuration[
+        "delta.enableDeletionVectors"] == "true"
+    rows = items(spark, lake.root)
+    assert len(rows) == 50 and (3, "three", "d") in rows and (4, "four", "d") in rows
+
+
+def test_the_merge_carries_the_batch_key_range_as_literals(spark):
+    batch = spark.createDataFrame(
+        [("it's", dt.date(2026, 1, 2), dt.datetime(2026, 1, 1), 5),
+         ("back\\slash", dt.date(2026, 3, 4), dt.datetime(2026, 2, 1), -2)],
+        "tag string, day date, at timestamp, n bigint")
+    assert key_range(batch, ["tag", "day", "at", "n"]) == (
+        "t.`tag` BETWEEN 'back\\\\slash' AND 'it\\'s' AND "
+        "t.`day` BETWEEN DATE'2026-01-02' AND DATE'2026-03-04' AND t.`n` BETWEEN -2 AND 5")
+    assert key_range(batch, ["at"]) is None  # no literal form here: no range
+    assert key_range(batch.limit(0), ["n"]) is None
+    sql = silver_merge_sql("target", "source", ["n"], ["n", "v"], ["n", "v"],
+                           key_range="t.`n` BETWEEN -2 AND 5")
+    assert "ON t.`n` = s.`n` AND t.`n` BETWEEN -2 AND 5\n" in sql
+
+
+def test_keys_that_need_escaping_merge_inside_their_range(spark, lake, config):
+    odd = ["it's", "back\\slash", "new\nline", "plain"]
+    lake.append_changes([TAGS.insert(10, i, tag=t, day="2026-01-02", n=i)
+                         for i, t in enumerate(odd)])
+    run_silver(config, spark)
+    lake.append_changes([TAGS.update(11, 0, tag="it's", day="2026-01-02", n=10),
+                         TAGS.delete(11, 1, tag="back\\slash", day="2026-01-02"),
+                         TAGS.insert(11, 2, tag="it's", day="2026-01-03", n=11)])
+    run_silver(config, spark)
+    df = spark.read.format("delta").load(str(silver_path(lake, "tags")))
+    assert sorted((r.tag, r.day.isoformat(), r.n) for r in df.collect()) == [
+        ("it's", "2026-01-02", 10), ("it's", "2026-01-03", 11), ("new\nline", "2026-01-02", 2),
+        ("plain", "2026-01-02", 3)]
+
+
+def test_small_files_are_compacted_without_changing_the_rows(spark, lake, config):
+    config = with_silver(config, compact_files=3)
+    for run in range(4):
+        lake.append_changes([ITEMS.insert(10 + run, i, id=10 * run + i, name="n", doc="d")
+                             for i in range(10)]
+                            + [ITEMS.update(10 + run, 10, id=0, name=f"r{run}", doc="d")])
+        run_silver(config, spark)
+    table = DeltaTable(str(silver_path(lake)))
+    operations = [c["operation"] for c in table.history()]
+    assert "OPTIMIZE" in operations
+    assert len(table.file_uris()) < 4
+    rows = items(spark, lake.root)
+    assert len(rows) == 40 and rows[0] == (0, "r3", "d")
+    assert sorted(read_delta(silver_path(lake), ["id"]).column("id").to_pylist()) == \
+        [r[0] for r in rows]
