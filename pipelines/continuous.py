@@ -1,7 +1,8 @@
 """`lakehouse run`: ingest, silver and gold together, for local use.
 
 The ingest runs as its own process (as in production: no JVM, restartable on its own);
-this process applies silver and gold every `silver.interval_seconds`. Ctrl-C or SIGTERM
+this process applies silver, then gold, as soon as bronze has new commits (at most one
+pass per `silver.interval_seconds`: pipelines.silver.trigger). Ctrl-C or SIGTERM
 stops the ingest first (it lands whole transactions and confirms them), then one last
 silver and gold pass applies what landed, so nothing received is left unapplied.
 """
@@ -23,7 +24,8 @@ from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake
 from pipelines.passes import FailedPasses
-from pipelines.silver.job import run_silver
+from pipelines.silver.job import SilverRunReport, run_silver
+from pipelines.silver.trigger import Trigger
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +61,15 @@ class IngestProcess:
 def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.Event) -> int:
     """Silver and gold in a loop beside the ingest until `stop`; returns an exit code."""
     failures = FailedPasses("silver and gold pass")
+    trigger = Trigger.from_config(config)
     try:
         while not stop.is_set():
             if not ingest.running:
                 code = ingest.process.returncode
                 log.error("the ingest exited with %s; stopping", code)
                 return code or 1
-            failures.run(lambda: apply_once(config, spark))
-            stop.wait(config.silver.interval_seconds)
+            if trigger.due(stop):
+                trigger.ran(failures.run(lambda: apply_once(config, spark)) is not None)
     finally:
         code = ingest.stop()
         log.info("ingest stopped (exit %s); applying what it landed", code)
@@ -74,7 +77,8 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
     return 0
 
 
-def apply_once(config: Config, spark) -> None:
+def apply_once(config: Config, spark) -> SilverRunReport:
+    """One silver run, then gold if silver changed a table."""
     silver = run_silver(config, spark)
     changed = [t for t in silver.tables if t.error is None]
     for failed in silver.failed:
@@ -83,13 +87,14 @@ def apply_once(config: Config, spark) -> None:
         gold = run_gold(spark, Lake.from_config(config), io=gold_io_for(config, spark))
         log.info("silver applied %d table(s) in %.1f s; gold %d report(s) in %.1f s",
                  len(changed), silver.seconds, len(gold.written), gold.seconds)
+    return silver
 
 
 def add_parser(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "run", help="ingest, silver and gold together (local use)",
-        description="Start the ingest as a child process and apply silver and gold every "
-        "silver.interval_seconds. Ctrl-C (or SIGTERM) stops the ingest cleanly, applies "
+        description="Start the ingest as a child process and apply silver and gold as soon "
+        "as bronze has new commits (at most once per silver.interval_seconds). Ctrl-C (or SIGTERM) stops the ingest cleanly, applies "
         "what it landed, and exits 0. Exits with the ingest's code if it fails.")
     parser.set_defaults(handler=_run)
 

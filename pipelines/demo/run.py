@@ -36,6 +36,7 @@ from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
+from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup
 from pipelines.verify import format_diffs, run_verify, wait_for_ingest
 
@@ -146,11 +147,11 @@ def concurrent_phase(config: Config, spark, options: DemoOptions, timings: Timin
                threading.Thread(target=workload, name="workload")]
     for thread in threads:
         thread.start()
+    trigger, never = Trigger.from_config(config), threading.Event()
     while any(t.is_alive() for t in threads):
-        timings.silver_seconds.append(run_silver(config, spark).seconds)
-        deadline = time.monotonic() + config.silver.interval_seconds
-        while time.monotonic() < deadline and any(t.is_alive() for t in threads):
-            time.sleep(0.2)
+        if trigger.due(never):
+            timings.silver_seconds.append(run_silver(config, spark).seconds)
+            trigger.ran(True)
     for thread in threads:
         thread.join()
     timings.backfilled_rows = sum(r.rows for r in results.get("backfill", []))
@@ -195,7 +196,6 @@ def write_config(workdir: Path, dsn: str, engine: str = "local") -> Config:
         "engine": engine,
         "ingest": {"batch_seconds": 0.5, "status_interval_seconds": 5},
         "backfill": {"chunk_size": 5000},
-        "silver": {"interval_seconds": 4},
     }, sort_keys=False))
     return load_config(path, environ={})
 

@@ -14,6 +14,7 @@ from pipelines.passes import FailedPasses
 
 if TYPE_CHECKING:  # the CLI imports every verb module: keep Spark out of its start-up
     from pipelines.silver.job import SilverRunReport
+    from pipelines.silver.trigger import Trigger
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,11 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
         "stopped on a data error (e.g. a type change silver cannot widen); the other "
         "tables are still applied.")
     parser.add_argument("--continuous", action="store_true",
-                        help="keep running until SIGINT/SIGTERM")
+                        help="keep running until SIGINT/SIGTERM: a run starts as soon as "
+                        "bronze has new commits")
     parser.add_argument("--interval", type=float, metavar="S",
-                        help="seconds between runs with --continuous "
-                        "(default: silver.interval_seconds, 10)")
+                        help="with --continuous, at least this many seconds between the "
+                        "starts of two runs (default: silver.interval_seconds, 1)")
     parser.add_argument("--table", action="append", metavar="T", dest="tables",
                         help="only this schema.table (repeatable; default: all)")
     parser.add_argument("--rebuild", action="append", metavar="T", default=[],
@@ -52,7 +54,8 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
         report = run_silver(config, spark, args.tables, args.rebuild)
         print_report(report)
         return 4 if report.failed else 0
-    interval = args.interval or config.silver.interval_seconds
+    from pipelines.silver.trigger import Trigger
+
     stop = threading.Event()
     _stop_on_signals(stop)
     rebuild = list(args.rebuild)
@@ -63,23 +66,26 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
         rebuild = []  # a rebuild happens once; later runs continue from its progress
         return report
 
-    run_continuously(once, interval, stop)
+    run_continuously(once, Trigger.from_config(config, args.interval), stop)
     return 0
 
 
-def run_continuously(run_once: Callable[[], "SilverRunReport"], interval: float,
+def run_continuously(run_once: Callable[[], "SilverRunReport"], trigger: "Trigger",
                      stop: threading.Event) -> int:
-    """Call run_once every `interval` seconds until `stop` is set; returns the run count.
+    """Call run_once whenever the trigger says bronze has something new, until `stop`;
+    returns the run count.
 
     A table that failed is logged when its error first appears or changes; a run that
     raised is logged and tried again (pipelines.passes).
     """
     runs, errors, failures = 0, {}, FailedPasses("silver run")
     while not stop.is_set():
+        if not trigger.due(stop):
+            continue
         report = failures.run(run_once)
         runs += 1
+        trigger.ran(report is not None)
         if report is None:
-            stop.wait(interval)
             continue
         if report.tables:
             print_report(report)
@@ -87,7 +93,6 @@ def run_continuously(run_once: Callable[[], "SilverRunReport"], interval: float,
             if table.error and errors.get(table.table) != table.error:
                 log.error("silver %s stopped: %s", table.table, table.error)
             errors[table.table] = table.error
-        stop.wait(interval)
     return runs
 
 
