@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="time entries seeded before the slot exists (default: %(default)s)")
     demo.add_argument("--seconds", type=float, default=20.0,
                       help="how long the concurrent workload runs (default: %(default)s)")
+    demo.add_argument("--shape", choices=("recent", "uniform"), default="recent",
+                      help="the workload's shape: recent (new entries, edits and deletes of "
+                      "the newest 1%%, as in a real time tracker) or uniform (edits and "
+                      "deletes anywhere) (default: %(default)s)")
     demo.add_argument("--fresh", action="store_true",
                       help="delete the demo database and lake first")
     demo.add_argument("--port", type=int, default=54329,
@@ -139,7 +143,8 @@ def _demo(args: argparse.Namespace, config: None) -> int:
     from pipelines.demo.run import DemoOptions, run_demo
 
     return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
-                                fresh=args.fresh, port=args.port, engine=args.engine))
+                                fresh=args.fresh, port=args.port, engine=args.engine,
+                                shape=args.shape))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

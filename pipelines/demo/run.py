@@ -57,6 +57,7 @@ class DemoOptions:
     fresh: bool = False
     port: int = DEMO_PORT
     engine: str = "local"  # silver, gold and verify: local (Sail) or spark (classic + Delta)
+    shape: str = "recent"  # the workload's: recent or uniform (pipelines.demo.workload)
 
 
 @dataclass
@@ -141,7 +142,7 @@ def concurrent_phase(config: Config, spark, options: DemoOptions, timings: Timin
 
     def workload() -> None:
         results["workload"] = run_workload(config.source.dsn, options.rows, options.sessions,
-                                           options.seconds)
+                                           options.seconds, shape=options.shape)
 
     threads = [threading.Thread(target=backfill, name="backfill"),
                threading.Thread(target=workload, name="workload")]

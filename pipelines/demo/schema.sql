@@ -46,6 +46,7 @@ CREATE TABLE time_entries (
     metadata jsonb
 );
 ALTER TABLE time_entries ALTER COLUMN description SET STORAGE EXTERNAL;
+CREATE INDEX time_entries_started_at ON time_entries (started_at);
 
 -- Scratch data the workload truncates now and then.
 CREATE TABLE scratch (

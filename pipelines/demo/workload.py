@@ -4,6 +4,10 @@ Several sessions run small transactions against the time-tracking tables: new en
 edits of the (sometimes TOASTed) description and of other columns, deletes, key changes
 in project_members, now and then a large transaction, and a truncate of `scratch`.
 Deterministic per seed and session, so a failing demo run can be replayed.
+
+Shape `recent` (the default) is how time entries change in a real application: new
+entries start now, and edits and deletes hit the newest 1% of entries (by start time).
+`uniform` edits and deletes entries anywhere in the table.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -23,6 +27,8 @@ from pipelines.demo.seed import EPOCH, ROLES, description, sizes, time_entry
 log = logging.getLogger(__name__)
 
 
+SHAPES = ("recent", "uniform")
+RECENT_SHARE = 0.01  # `recent`: edits and deletes hit this share of the newest entries
 RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected,
              psycopg.errors.UniqueViolation, psycopg.errors.ForeignKeyViolation)
 
@@ -43,11 +49,28 @@ class WorkloadStats:
 class Session:
     """One client connection running random transactions."""
 
-    def __init__(self, dsn: str, rows: int, seed: int, stats: WorkloadStats) -> None:
+    def __init__(self, dsn: str, rows: int, seed: int, stats: WorkloadStats,
+                 shape: str = "recent") -> None:
         self.dsn = dsn
         self.rng = random.Random(seed)
         self.sizes = sizes(rows)
         self.stats = stats
+        self.shape = shape
+        self.recent = max(10, int(rows * RECENT_SHARE))
+        self.clock = EPOCH + timedelta(days=60)  # `recent`: new entries start from here on
+
+    def entry_to_change(self) -> tuple[str, tuple]:
+        """A subquery choosing the entry an edit or delete changes, and its parameters."""
+        if self.shape == "uniform":
+            return "(SELECT id FROM time_entries TABLESAMPLE SYSTEM (1) LIMIT 1)", ()
+        return ("(SELECT id FROM time_entries ORDER BY started_at DESC LIMIT 1 OFFSET %s)",
+                (self.rng.randrange(self.recent),))
+
+    def start_time(self) -> datetime:
+        if self.shape == "uniform":
+            return EPOCH + timedelta(minutes=self.rng.randint(0, 60 * 24 * 60))
+        self.clock += timedelta(seconds=self.rng.randint(1, 120))
+        return self.clock
 
     def run(self, stop: threading.Event) -> None:
         with psycopg.connect(self.dsn) as conn:
@@ -80,22 +103,21 @@ class Session:
         rng, n = self.rng, self.sizes
         choice = rng.random()
         if choice < 0.35:
-            start = EPOCH + timedelta(minutes=rng.randint(0, 60 * 24 * 60))
-            entry = time_entry(rng, n["users"], n["projects"], start)
+            entry = time_entry(rng, n["users"], n["projects"], self.start_time())
             conn.execute("INSERT INTO time_entries (id, user_id, project_id, started_at, "
                          "stopped_at, duration, description, tags, billable, source, "
                          "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", entry)
         elif choice < 0.50:  # edit the description: sometimes it becomes large (TOAST)
-            conn.execute("UPDATE time_entries SET description = %s WHERE id = "
-                         "(SELECT id FROM time_entries TABLESAMPLE SYSTEM (1) LIMIT 1)",
-                         (description(rng, rng.random() < 0.2),))
+            entry, params = self.entry_to_change()
+            conn.execute(f"UPDATE time_entries SET description = %s WHERE id = {entry}",
+                         (description(rng, rng.random() < 0.2), *params))
         elif choice < 0.70:  # other columns: large descriptions stay unchanged TOAST
+            entry, params = self.entry_to_change()
             conn.execute("UPDATE time_entries SET billable = billable + 1.25, "
-                         "tags = array_append(tags, 'edited') WHERE id = "
-                         "(SELECT id FROM time_entries TABLESAMPLE SYSTEM (1) LIMIT 1)")
+                         f"tags = array_append(tags, 'edited') WHERE id = {entry}", params)
         elif choice < 0.80:
-            conn.execute("DELETE FROM time_entries WHERE id = "
-                         "(SELECT id FROM time_entries TABLESAMPLE SYSTEM (1) LIMIT 1)")
+            entry, params = self.entry_to_change()
+            conn.execute(f"DELETE FROM time_entries WHERE id = {entry}", params)
         elif choice < 0.88:  # key change in the composite-key table
             conn.execute("UPDATE project_members SET user_id = %s, role = %s WHERE "
                          "(project_id, user_id) = (SELECT project_id, user_id FROM "
@@ -125,12 +147,12 @@ class Session:
 
 
 def run_workload(dsn: str, rows: int, sessions: int, seconds: float,
-                 seed: int = 11) -> WorkloadStats:
+                 seed: int = 11, shape: str = "recent") -> WorkloadStats:
     """Run `sessions` concurrent sessions for `seconds`."""
     stats = WorkloadStats()
     stop = threading.Event()
-    threads = [threading.Thread(target=Session(dsn, rows, seed + i, stats).run, args=(stop,),
-                                name=f"workload-{i}") for i in range(sessions)]
+    threads = [threading.Thread(target=Session(dsn, rows, seed + i, stats, shape).run,
+                                args=(stop,), name=f"workload-{i}") for i in range(sessions)]
     for thread in threads:
         thread.start()
     stop.wait(seconds)
