@@ -7,9 +7,10 @@ updated_at timestamptz) and the silver table with those N rows, built once per N
 (--initial: by one run_silver of that bronze, or "direct": the pipeline creates the
 tables from the first transaction, delta-rs appends the other rows' typed values and the
 pipeline's write_progress records the load's last position; auto: run_silver up to 1M
-rows). For each batch size M, a copy of that lake gets M more changes in bronze (60%
-updates, 20% deletes, 20% inserts, random keys, increasing positions, 50k-row commits
-like the ingest's; with --toast-share F, that share of the updates leaves `name`
+rows). For each batch size M, a copy of that lake gets M more changes in bronze (--shape
+recent, the default: 40% inserts, 50% updates and 10% deletes of the newest 1% of ids;
+uniform: 60% updates, 20% deletes, 20% inserts of random keys; increasing positions,
+50k-row commits like the ingest's; with --toast-share F, that share of the updates leaves `name`
 unchanged, as Postgres does for a TOASTed value an UPDATE did not touch), then, each in
 its own child process, one after the other (--engines picks them; with --repeat R the
 runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs...):
@@ -38,7 +39,8 @@ the engines side by side.
     python -m bench.silver_bench [--table-rows 1000000 10000000] [--changes 100000 1000000]
                                  [--repeat 2] [--engines sail spark deltars]
                                  [--initial auto|silver|direct]
-                                 [--toast-share 0.3] [--json results.json]
+                                 [--shape recent|uniform] [--toast-share 0.3]
+                                 [--json results.json]
 """
 
 from __future__ import annotations
@@ -201,19 +203,27 @@ def initial_rows(n: int, seed: int) -> tuple[pa.Table, dict[str, pa.Array]]:
     return bronze, typed
 
 
-def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0
+def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0, shape: str = "recent"
                ) -> tuple[pa.Table, pa.Table]:
-    """M changes against ids 1..n: 60% updates (keys drawn with replacement: hot keys are
-    updated more than once; `toast_share` of them leave `name` unchanged), 20% deletes
-    (distinct keys, never updated in the batch), 20% inserts of new ids, shuffled, at
-    positions after the initial load. Returns the bronze rows and the latest event per
-    key (typed, with _cdc_op, unchanged names resolved): the delta-rs MERGE source."""
+    """M changes against ids 1..n, shuffled, at positions after the initial load.
+
+    `recent`: 40% inserts of new ids, 50% updates and 10% deletes of the newest ids (the
+    newest 1% of the table, or twice the deletes if that is more). `uniform`: 20%
+    inserts, 60% updates and 20% deletes of keys anywhere. Updates draw keys with
+    replacement (hot keys are updated more than once; `toast_share` of them leave `name`
+    unchanged); deletes are distinct keys, never updated in the batch. Returns the bronze
+    rows and the latest event per key (typed, with _cdc_op, unchanged names resolved):
+    the delta-rs MERGE source."""
     rng = np.random.default_rng(seed)
-    n_del, n_ins = m // 5, m // 5
+    if shape == "uniform":
+        n_del, n_ins, first = m // 5, m // 5, 1
+    else:
+        n_del, n_ins = m // 10, 2 * m // 5
+        first = max(1, n + 1 - max(n // 100, 2 * n_del))
     n_upd = m - n_del - n_ins
-    deleted = rng.choice(n, n_del, replace=False) + 1
-    alive = np.ones(n + 1, dtype=bool)
-    alive[0] = False
+    deleted = rng.choice(np.arange(first, n + 1), n_del, replace=False)
+    alive = np.zeros(n + 1, dtype=bool)
+    alive[first:] = True
     alive[deleted] = False
     live = np.flatnonzero(alive)
     updated = live[rng.integers(0, len(live), n_upd)]
@@ -512,7 +522,8 @@ def build_direct(lake: Path, n: int, seed: int) -> dict:
 
 
 def last_commit(path: Path) -> dict:
-    """Files the table's newest commit removed and added, and the table's file count."""
+    """Files the table's newest commit removed (rewritten, or given a deletion vector)
+    and added, the MB it added, and the table's file count."""
     from deltalake import DeltaTable
 
     dt = DeltaTable(str(path))
@@ -568,7 +579,7 @@ def step_summary(result: dict) -> str:
 
 
 def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
-             verify: bool, toast_share: float, engines: list[str]) -> dict:
+             verify: bool, toast_share: float, engines: list[str], shape: str) -> dict:
     """One run of a case: the batch lands in a copy of the base lake, then each engine
     applies it to its own copy of the same N-row silver table, one after the other (so
     the runs of a case alternate between the engines); the first engine's table is the
@@ -581,7 +592,7 @@ def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
         shutil.copytree(silver_path(lake), case / "deltars")
     if "sail" in engines:
         shutil.copytree(silver_path(lake), case / "sailmerge")
-    bronze, source = batch_rows(n, m, seed + n + m, toast_share)
+    bronze, source = batch_rows(n, m, seed + n + m, toast_share, shape)
     append_bronze(lake, bronze, INGEST_COMMIT_ROWS)
     pq.write_table(source, case / "source.parquet")
     keys = source.num_rows
@@ -630,6 +641,10 @@ def main() -> None:
     parser.add_argument("--toast-share", type=float, default=0.0,
                         help="share of the updates that leave the name column unchanged "
                              "(unchanged TOAST: silver then runs its TOAST fill; default 0)")
+    parser.add_argument("--shape", choices=("recent", "uniform"), default="recent",
+                        help="which keys a batch changes: recent (inserts, and updates and "
+                             "deletes of the newest 1%% of ids) or uniform (random keys); "
+                             "default recent")
     parser.add_argument("--phase", choices=("silver", "spark", "deltars", "sailmerge",
                                             "progress"), help=argparse.SUPPRESS)
     parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
@@ -668,7 +683,7 @@ def main() -> None:
             for m in args.changes:
                 for r in range(args.repeat):
                     result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
-                                      args.toast_share, engines)
+                                      args.toast_share, engines, args.shape)
                     results.append(result)
                     timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
                         f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
@@ -708,7 +723,8 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
     rows = [["table rows", "changes", "run", "keys", *(f"{LABELS[e]} s" for e in engines),
              *(["Sail MERGE alone s", "Sail stage s", "Sail merge s", "Sail other s"]
                if sail else []),
-             f"files rewritten {' | '.join(LABELS[e] for e in engines)}", "load 1m", "equal"]]
+             f"files touched, MB written {' | '.join(LABELS[e] for e in engines)}", "load 1m",
+             "equal"]]
     for r in results:
         row = [f"{r['n']:,}", f"{r['m']:,}", str(r["repeat"] + 1), f"{r['keys']:,}",
                *(f"{r[e]['seconds']:.2f}" for e in engines)]
@@ -720,8 +736,8 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
                     f"{r['sail']['seconds'] - steps['stage'] - steps['merge']:.2f}"]
         commits = [r[e]["commit"] for e in engines]
         loads = [load for e in engines for load in r[e]["load"]]
-        row += [" | ".join(f"{c['removed']} of {c['files'] - c['added'] + c['removed']}"
-                           for c in commits),
+        row += [" | ".join(f"{c['removed']} of {c['files'] - c['added'] + c['removed']}, "
+                           f"{c['added_mb']:.1f}" for c in commits),
                 f"{min(loads):.1f}-{max(loads):.1f}", str(r["equal"])]
         rows.append(row)
     print("\n" + table(rows))
