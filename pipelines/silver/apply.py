@@ -296,8 +296,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
 
     staged.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP) \
         .createOrReplaceTempView(SOURCE_VIEW)
-    expire = (newest_commit_micros - run.retention // timedelta(microseconds=1)
-              if newest_commit_micros is not None else None)
+    expire = _expiry_horizon(run, marks, newest_commit_micros)
     run.spark.sql(tombstone_merge_sql(marks.sql, SOURCE_VIEW, keys,
                                       floor if floor_moved else None, expire, bounds)).collect()
     run.maintenance.register(run.spark, schema, name, silver)
@@ -305,6 +304,27 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         log.info("silver %s: added columns %s, widened %s", shape.qualified_name,
                  [f.name for f in plan.new], sorted(plan.widen))
     return Applied(floor, tuple(f.name for f in plan.new), tuple(sorted(plan.widen)))
+
+
+EXPIRE_EVERY = timedelta(hours=1)  # of bronze time: how often tombstones are expired
+_expired_at: dict[str, int] = {}  # tombstone table -> bronze time of its last expiry here
+
+
+def _expiry_horizon(run: SilverContext, marks: TableRef,
+                    newest_commit_micros: int | None) -> int | None:
+    """The retention horizon when this run should expire the table's tombstones, else None.
+
+    Expiring makes the tombstone MERGE visit every row of the table (NOT MATCHED BY
+    SOURCE), which no key range can narrow: once per EXPIRE_EVERY of bronze time in a
+    process (and in its first run) is enough for a retention counted in hours.
+    """
+    if newest_commit_micros is None:
+        return None
+    last = _expired_at.get(marks.sql)
+    if last is not None and newest_commit_micros - last < EXPIRE_EVERY // timedelta(microseconds=1):
+        return None
+    _expired_at[marks.sql] = newest_commit_micros
+    return newest_commit_micros - run.retention // timedelta(microseconds=1)
 
 
 def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:

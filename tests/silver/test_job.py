@@ -170,6 +170,20 @@ def test_tombstones_are_collected_after_the_retention(spark, lake):
     assert [r[0] for r in items(spark, lake.root)] == [3]
 
 
+def test_tombstones_are_expired_once_an_hour_of_bronze_time(spark, lake):
+    """Expiring visits every tombstone (no key range narrows it): at most once per hour."""
+    config = make_config(lake.root, retention_hours=0.01)  # 36 s
+    lake.append_changes([ITEMS.insert(10, 0, id=1), ITEMS.delete(11, 0, id=1)])
+    run_silver(config, spark)  # this process's first run of the table: expires
+    marks = tombstones_path(lake.layout, "public", "items")
+    lake.append_changes([ITEMS.insert(100, 0, id=2)])  # 89 s later: past the retention
+    run_silver(config, spark)
+    assert [r[0] for r in rows(spark, marks)] == [1]  # but not an hour since the last expiry
+    lake.append_changes([ITEMS.insert(3700, 0, id=3)])
+    run_silver(config, spark)
+    assert rows(spark, marks) == []
+
+
 def test_cli_verb_runs_once_and_exits_4_on_a_stopped_table(spark, lake, tmp_path, monkeypatch,
                                                             capsys):
     from pipelines import engine
