@@ -65,6 +65,9 @@ def build_report(spark: SparkSession, spec: ReportSpec) -> DataFrame:
     return spark.sql(spec.sql())
 
 
+_SKIPS_LOGGED: set[tuple[str, str]] = set()  # (report, reason) warned about in this process
+
+
 def run_gold(spark: SparkSession, lake: Lake, reports: Iterable[str] | None = None,
              *, io: GoldIO | None = None) -> GoldReport:
     """Recompute `reports` (default: all) from silver and overwrite their gold tables.
@@ -84,7 +87,10 @@ def run_gold(spark: SparkSession, lake: Lake, reports: Iterable[str] | None = No
             reason = ("silver table(s) not found: "
                       + ", ".join(io.silver_location(t) for t in lacking)
                       + " (run `lakehouse silver` first)")
-            log.warning("gold %s skipped: %s", spec.name, reason)
+            # A loop (`lakehouse run`) tries every second or so: say it once per process.
+            level = logging.DEBUG if (spec.name, reason) in _SKIPS_LOGGED else logging.WARNING
+            _SKIPS_LOGGED.add((spec.name, reason))
+            log.log(level, "gold %s skipped: %s", spec.name, reason)
             runs.append(ReportRun(spec.name, io.report_location(spec.name), skipped=reason))
             continue
         runs.append(materialize_report(spark, spec, io))
