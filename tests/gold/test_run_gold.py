@@ -83,3 +83,12 @@ def test_gold_verb_builds_what_it_can_and_names_missing_silver(
     assert main(["--config", str(config), "gold", "--report", "hours_per_user_per_week"]) == 0
     assert capsys.readouterr().out.startswith(
         f"hours_per_user_per_week: {len(expected_reports['hours_per_user_per_week'])} rows in ")
+
+
+def test_a_report_skipped_again_and_again_is_warned_about_once(spark, tmp_path, caplog):
+    layout = Lake.of(tmp_path / "lake")
+    for _ in range(3):  # as `lakehouse run` does, a pass every second or so
+        report = run_gold(spark, layout, ["hours_per_project_per_day"])
+        assert [r.report for r in report.skipped] == ["hours_per_project_per_day"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("gold hours_per_project_per_day skipped")
