@@ -79,6 +79,7 @@ EPOCH_US = int(datetime(2026, 1, 5, 8, tzinfo=timezone.utc).timestamp() * 1_000_
 INGEST_COMMIT_ROWS = 50_000  # the ingest's batch_rows: one bronze commit per 50k changes
 INITIAL_COMMIT_ROWS = 1_000_000
 DIRECT_FILE_ROWS = 1_000_000  # --initial direct: rows per silver file (see build_direct)
+BUILD_ROWS = 5_000_000  # --initial direct: rows generated at a time
 UPDATE, DELETE, INSERT = 0, 1, 2
 ENGINES = ("sail", "spark", "deltars")  # --engines, in the order each run of a case runs them
 LABELS = {"sail": "Sail", "spark": "Spark", "deltars": "delta-rs"}
@@ -191,13 +192,16 @@ def append_bronze(lake: Path, rows: pa.Table, commit_rows: int) -> None:
                         mode="append")
 
 
-def initial_rows(n: int, seed: int) -> tuple[pa.Table, dict[str, pa.Array]]:
-    """Bronze inserts of ids 1..n (transactions 1..) and the typed rows they become."""
-    rng = np.random.default_rng(seed)
-    ids = np.arange(1, n + 1, dtype=np.int64)
-    lsn, index, _, commit_us = positions(1, n)
+def initial_rows(n: int, seed: int, start: int = 0) -> tuple[pa.Table, dict[str, pa.Array]]:
+    """Bronze inserts of ids start+1..start+n (from transaction 1 + start / TXN_ROWS on;
+    `start` a multiple of TXN_ROWS) and the typed rows they become."""
+    rng = np.random.default_rng(seed + start)
+    ids = np.arange(start + 1, start + n + 1, dtype=np.int64)
+    first_txn = 1 + start // TXN_ROWS
+    lsn, index, _, commit_us = positions(first_txn, n)
     typed = typed_rows(ids, 0, rng, commit_us)
-    bronze = bronze_changes(np.full(n, INSERT, dtype=np.int8), ids, postgres_text(typed), 1)
+    bronze = bronze_changes(np.full(n, INSERT, dtype=np.int8), ids, postgres_text(typed),
+                            first_txn)
     typed.update(_lsn=pa.array(lsn), _change_index=pa.array(index),
                  _commit_ts=pa.array(commit_us).cast(UTC))
     return bronze, typed
@@ -505,16 +509,19 @@ def build_direct(lake: Path, n: int, seed: int) -> dict:
 
     started = time.perf_counter()
     load = os.getloadavg()[0]
-    bronze, typed = initial_rows(n, seed)
-    append_bronze(lake, bronze.slice(0, TXN_ROWS), INITIAL_COMMIT_ROWS)
-    child("--phase", "silver", "--lake", str(lake), out=lake.parent / "build.json")
-    append_bronze(lake, bronze.slice(TXN_ROWS), INITIAL_COMMIT_ROWS)
-    del bronze
-    rows = pa.table({f.name: typed[f.name] for f in SILVER_SCHEMA}, schema=SILVER_SCHEMA)
-    for start in range(TXN_ROWS, n, DIRECT_FILE_ROWS):
-        write_deltalake(str(silver_path(lake)),
-                        rows.slice(start, min(DIRECT_FILE_ROWS, n - start)), mode="append")
-    last = rows.slice(n - 1)
+    for begin in range(0, n, BUILD_ROWS):  # in parts: 50M rows at once would not fit
+        bronze, typed = initial_rows(min(BUILD_ROWS, n - begin), seed, begin)
+        first = TXN_ROWS if begin == 0 else 0
+        if begin == 0:
+            append_bronze(lake, bronze.slice(0, TXN_ROWS), INITIAL_COMMIT_ROWS)
+            child("--phase", "silver", "--lake", str(lake), out=lake.parent / "build.json")
+        append_bronze(lake, bronze.slice(first), INITIAL_COMMIT_ROWS)
+        del bronze
+        rows = pa.table({f.name: typed[f.name] for f in SILVER_SCHEMA}, schema=SILVER_SCHEMA)
+        for start in range(first, rows.num_rows, DIRECT_FILE_ROWS):
+            write_deltalake(str(silver_path(lake)), rows.slice(start, DIRECT_FILE_ROWS),
+                            mode="append")
+    last = rows.slice(rows.num_rows - 1)
     child("--phase", "progress", "--lake", str(lake), "--position",
           str(last["_lsn"][0].as_py()), str(last["_change_index"][0].as_py()))
     return {"method": "direct", "seconds": time.perf_counter() - started,
