@@ -242,3 +242,16 @@ def test_gold_io_and_maintenance_follow_the_engine(databricks, local):
     assert paths.report_location("active_users_per_day") == f"{VOLUME}/gold/active_users_per_day"
     assert isinstance(maintenance_for(databricks, None), DatabricksMaintenance)
     assert isinstance(maintenance_for(local, None), LocalMaintenance)
+
+
+def test_layout_statements_cluster_catalog_tables_by_key_and_turn_on_deletion_vectors():
+    from pipelines.silver.maintenance import layout_statements
+
+    table = "`main`.`lakehouse_silver`.`project_members`"
+    assert layout_statements(table, ["project_id", "user_id"], True, [], {}) == [
+        f"ALTER TABLE {table} CLUSTER BY (`project_id`, `user_id`)",
+        f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)"]
+    done = {"delta.enableDeletionVectors": "true"}
+    assert layout_statements(table, ["project_id", "user_id"], True,
+                             ["project_id", "user_id"], done) == []
+    assert layout_statements(table, ["id"], False, ["id"], {}) == []  # the workspace decides

@@ -46,8 +46,8 @@ class Maintenance(Protocol):
         """Delete the table's expired Delta log files (see pipelines.lake.LOG_RETENTION)."""
 
     def prepare(self, spark: SparkSession, table: TableRef, keys: Sequence[str]) -> None:
-        """Before the first MERGE of this process into an existing table: give it the
-        layout new tables get (deletion vectors; clustering by key on Databricks)."""
+        """Before the first MERGE of this process into the table: give it the layout new
+        tables get (deletion vectors; clustering by key on Databricks), if it lacks it."""
 
     def compact(self, spark: SparkSession, table: TableRef) -> bool:
         """Compact the table's small files once there are silver.compact_files of them;
@@ -130,7 +130,8 @@ class LocalMaintenance:
 class DatabricksMaintenance:
     """The job cluster's session. Silver tables are Unity Catalog managed tables, created
     by the silver job under their names: nothing to register. They are clustered by
-    their key (liquid clustering) and compacted by OPTIMIZE, which also clusters."""
+    their key (liquid clustering) and compacted by OPTIMIZE, which also clusters. The
+    tombstone tables stay at lake paths (on the volume): delta-rs keeps them, as locally."""
 
     _prepared: set[str] = set()  # tables whose layout this process checked
     _merges: dict[str, int] = {}  # MERGE statements into each table since its OPTIMIZE
@@ -138,6 +139,7 @@ class DatabricksMaintenance:
     def __init__(self, spark: SparkSession, settings: SilverConfig = SilverConfig()) -> None:
         self.spark = spark
         self.settings = settings
+        self.lake_tables = LocalMaintenance(settings)
 
     def register(self, spark: SparkSession, schema: str, table: str, silver: TableRef) -> None:
         return None  # managed tables are queryable by name from their creation
@@ -149,8 +151,10 @@ class DatabricksMaintenance:
         return None  # Databricks cleans up Delta logs itself, and lists them by offset
 
     def prepare(self, spark: SparkSession, table: TableRef, keys: Sequence[str]) -> None:
-        if table.path is not None or table.sql in self._prepared:
-            return  # the tombstones stay in the lake: the local adapter's part
+        if table.path is not None:
+            return self.lake_tables.prepare(spark, table, keys)
+        if table.sql in self._prepared:
+            return None
         detail = spark.sql(f"DESCRIBE DETAIL {table.sql}").first()
         for statement in layout_statements(table.sql, keys, self.settings.deletion_vectors,
                                            detail["clusteringColumns"] or [],
@@ -162,7 +166,7 @@ class DatabricksMaintenance:
         # OPTIMIZE lists the table's files to decide; run it once per compact_files MERGE
         # statements, the most small files a table gains in between (one or two per MERGE).
         if table.path is not None:
-            return False
+            return self.lake_tables.compact(spark, table)
         merges = self._merges.get(table.sql, 0) + 1
         self._merges[table.sql] = merges % self.settings.compact_files
         if merges < self.settings.compact_files:
