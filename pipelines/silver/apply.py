@@ -194,12 +194,23 @@ def window_candidates(windows: Sequence[ChunkWindow],
     snapshots = {w.snapshot for w in windows if w.snapshot is not None}
     if len(snapshots) > MAX_SNAPSHOT_TERMS:  # too long an expression: read all history
         return F.lit(True)
+    if not snapshots:
+        return after
     since = min(generation_start(generation_starts, w.low[0]) for w in windows)
-    for snap in snapshots:
-        after = after | ((F.col("commit_lsn") >= F.lit(since)) & invisible_to_snapshot(
-            F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
-            F.array(*(F.lit(x) for x in snap.xip)).cast(ArrayType(LongType()))))
-    return after
+    unseen = [invisible_to_snapshot(F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
+                                    F.array(*(F.lit(x) for x in snap.xip))
+                                    .cast(ArrayType(LongType())))
+              for snap in sorted(snapshots, key=lambda snap: (snap.xmin, snap.xmax, snap.xip))]
+    return after | ((F.col("commit_lsn") >= F.lit(since)) & _any(unseen))
+
+
+def _any(terms: list[Column]) -> Column:
+    """The OR of `terms` as a balanced tree. Spark Connect sends an expression as nested
+    protobuf messages, and its decoder refuses them past a depth limit that a chain of 40
+    ORs of snapshot tests already exceeds."""
+    while len(terms) > 1:
+        terms = [a | b for a, b in zip(terms[::2], terms[1::2])] + terms[len(terms) // 2 * 2:]
+    return terms[0]
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,19 @@ def test_spark_visibility_matches_python(spark):
                                    F.array(*(F.lit(x) for x in SNAPSHOT.xip)))
     rows = df.select("xid", unseen.alias("unseen")).collect()
     assert {r.xid: not r.unseen for r in rows} == XIDS
+
+
+@pytest.mark.spark
+def test_the_window_filter_of_many_chunks_stays_within_spark_connects_depth(spark):
+    """64 chunks with their own snapshots (a 3M-row table at the default chunk size): one
+    filter the engine accepts, true exactly for rows after the earliest low watermark or
+    unseen by some snapshot."""
+    from pipelines.silver.apply import window_candidates
+
+    windows = [ChunkWindow("b", c, "public.items", (100 + 2 * c, 0), (101 + 2 * c, 0), None,
+                           Snapshot(xmin=EPOCH1 + 10 * c, xmax=EPOCH1 + 10 * c + 5))
+               for c in range(64)]
+    rows = spark.createDataFrame([(50, 0, 3), (50, 0, 7), (50, 0, 645), (150, 0, 1)],
+                                 "commit_lsn long, change_index long, xid long")
+    kept = rows.filter(window_candidates(windows)).collect()
+    assert sorted((r.commit_lsn, r.xid) for r in kept) == [(50, 7), (50, 645), (150, 1)]
