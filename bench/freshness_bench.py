@@ -125,7 +125,7 @@ CREATE = ("CREATE TABLE bench (id int8 PRIMARY KEY, name text, amount numeric(12
 FILL = ("INSERT INTO bench SELECT g, 'user-' || g, (g %% 1000000) / 100.0, g %% 10000, "
         "g %% 5 <> 0, timestamptz '2026-01-05 08:00+00' + g * interval '1 millisecond' "
         "FROM generate_series(1, %s) g")
-SILVER_RUN = re.compile(rb"silver applied \d+ table\(s\) in ([0-9.]+) s")
+SILVER_RUN = re.compile(rb"silver applied \d+ table\(s\) in ([0-9.]+) s \((\d+) bronze changes\)")
 STOPPED = b"ingest stopped (exit"  # what `lakehouse run` logs on SIGTERM
 MERGE_METRICS = ("numTargetBytesAdded", "numTargetRowsCopied", "numTargetFilesRemoved",
                  "numTargetDeletionVectorsAdded")
@@ -449,14 +449,15 @@ def stop_run(process: subprocess.Popen, timeout: float = 600) -> tuple[int, floa
 
 # --- a case ---------------------------------------------------------------------------------
 
-def silver_runs(log: Path, start: int) -> list[float]:
-    """Seconds of the silver runs `lakehouse run` logged from offset `start` of its log
-    until SIGTERM (the final pass comes after "ingest stopped"). Read after it exited:
-    a run's line comes after its MERGE, which the probes may have waited for."""
+def silver_runs(log: Path, start: int) -> list[tuple[float, int]]:
+    """Seconds and bronze changes of the silver runs `lakehouse run` logged from offset
+    `start` of its log until SIGTERM (the final pass comes after "ingest stopped"). Read
+    after it exited: a run's line comes after its MERGE, which the probes may have waited
+    for."""
     with log.open("rb") as text:
         text.seek(start)
         before_stop = text.read().split(STOPPED, 1)[0]
-    return [float(s) for s in SILVER_RUN.findall(before_stop)]
+    return [(float(s), int(n)) for s, n in SILVER_RUN.findall(before_stop)]
 
 
 def merges(table: Path, since: float, until: float) -> list[dict]:
@@ -544,7 +545,7 @@ def median_metric(merge_metrics: list[dict], key: str) -> float | None:
 
 CASE_HEAD = ["table rows", "shape", "rate asked / achieved", "engine",
              "freshness p50 / p95 / max s", "probes (unseen)", "silver runs",
-             "silver run p50 / p95 s", "MERGEs",
+             "silver run p50 / p95 s", "changes per run p50", "MERGEs",
              "per MERGE (median): MB added / rows copied / files removed / DVs added",
              "peak MB run / ingest / JVM", "load 1m", "verify"]
 
@@ -555,7 +556,9 @@ def case_row(r: dict) -> list[str]:
     return [f"{r['rows']:,}", r["shape"], f"{r['rate']:,.0f} / {r['achieved_rate']:,.0f}",
             r["engine"], quantiles(r["freshness"]),
             f"{r['probes']} ({r['probes_unseen']})", str(len(runs)),
-            " / ".join(f"{q:.1f}" for q in np.percentile(runs, [50, 95])) if runs else "-",
+            " / ".join(f"{q:.2f}" for q in np.percentile([s for s, _ in runs], [50, 95]))
+            if runs else "-",
+            f"{np.median([n for _, n in runs]):,.0f}" if runs else "-",
             str(len(r["merges"])),
             " / ".join(["-" if added is None else f"{added / 2**20:.2f}",
                         *("-" if v is None else f"{v:,.0f}" for v in counts)]),

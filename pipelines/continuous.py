@@ -85,8 +85,10 @@ def apply_once(config: Config, spark) -> SilverRunReport:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
         gold = run_gold(spark, Lake.from_config(config), io=gold_io_for(config, spark))
-        log.info("silver applied %d table(s) in %.1f s; gold %d report(s) in %.1f s",
-                 len(changed), silver.seconds, len(gold.written), gold.seconds)
+        changes = sum(t.inserts + t.updates + t.deletes for t in changed)
+        log.info("silver applied %d table(s) in %.2f s (%d bronze changes); gold %d "
+                 "report(s) in %.2f s", len(changed), silver.seconds, changes,
+                 len(gold.written), gold.seconds)
     return silver
 
 
