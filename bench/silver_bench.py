@@ -417,12 +417,12 @@ def phase_progress(lake: Path, lsn: int, index: int) -> None:
     """Record silver's progress of public.bench (and of the whole scan) at a position,
     with the pipeline's own write_progress: the next run applies only what follows."""
     from pipelines.engine import start_local_session
-    from pipelines.silver.job import PROGRESS_TABLE
+    from pipelines.lake import Lake
     from pipelines.silver.progress import TableProgress, write_progress
 
     spark = start_local_session((lake / "_warehouse").resolve())
-    path = lake / "_state" / PROGRESS_TABLE
-    write_progress(spark, path, True, {TABLE: TableProgress((lsn, index))}, (lsn, index))
+    write_progress(spark, Lake.of(lake).silver_progress, True,
+                   {TABLE: TableProgress((lsn, index))}, (lsn, index))
 
 
 def phase_sail_merge(target: Path, source: Path, out: Path) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Collection, Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType, DateType, IntegerType, LongType, ShortType, StringType)
@@ -50,27 +50,57 @@ def _on(keys: Sequence[str], key_range: str | None) -> str:
 
 
 def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
-    """`t.k BETWEEN <least> AND <greatest>` for each key column of the batch that has a
-    literal form (integers, strings, dates), joined by AND; None when none has.
+    """Where the batch's keys are, as literals the engines skip target files with: for
+    each key column that has a literal form (integers, strings, dates) a `t.k BETWEEN
+    <least> AND <greatest>` (integers: up to MAX_KEY_RANGES such ranges, ORed), the
+    columns joined by AND; None when no key column has one.
 
-    The engines skip the target files whose key statistics fall outside the literals
-    (Sail with deletion vectors, delta-spark, Databricks), so a MERGE of recent keys
-    reads the files that hold recent keys, not the whole table. A join condition alone
-    gives them nothing to skip with. Every key of the batch is inside the range, so the
-    MERGE matches the same rows.
+    The engines skip the files whose key statistics fall outside (Sail with deletion
+    vectors, delta-spark, Databricks), so a MERGE of recent keys reads the files that
+    hold recent keys, not the whole table; a join condition alone gives them nothing to
+    skip with. An integer key is split at its largest gaps: one old key among recent
+    ones (a late correction, a probe row) would otherwise stretch one range over the
+    whole table. Every key of the batch is inside the ranges, so the MERGE matches the
+    same rows.
     """
     kinds = {f.name: f.dataType for f in batch.schema.fields}
-    ranged = [k for k in keys if isinstance(kinds[k], _LITERAL_TYPES)]
-    if not ranged:
-        return None
-    row = batch.agg(*(bound(col(k)) for k in ranged for bound in (F.min, F.max))).first()
-    if row is None or row[0] is None:  # an empty batch
-        return None
-    return " AND ".join(f"t.{quote(k)} BETWEEN {_literal(row[2 * i])} AND "
-                        f"{_literal(row[2 * i + 1])}" for i, k in enumerate(ranged))
+    terms = []
+    for key in keys:
+        if isinstance(kinds[key], _INTEGER_TYPES):
+            ranges = _integer_ranges(batch, key)
+        elif isinstance(kinds[key], (StringType, DateType)):
+            ranges = [tuple(batch.agg(F.min(col(key)), F.max(col(key))).first())]
+        else:
+            continue
+        if not ranges or ranges[0][0] is None:  # an empty batch
+            return None
+        between = [f"t.{quote(key)} BETWEEN {_literal(low)} AND {_literal(high)}"
+                   for low, high in ranges]
+        terms.append(between[0] if len(between) == 1 else f"({' OR '.join(between)})")
+    return " AND ".join(terms) or None
 
 
-_LITERAL_TYPES = (ByteType, ShortType, IntegerType, LongType, StringType, DateType)
+MAX_KEY_RANGES = 8
+_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
+
+
+def _integer_ranges(batch: DataFrame, key: str) -> list[tuple[int, int]]:
+    """The batch's distinct values of an integer key, cut at the MAX_KEY_RANGES - 1
+    widest gaps between neighbours (none between consecutive integers):
+    [(least, greatest)] per range, in order."""
+    values = batch.select(col(key).alias("v")).distinct()
+    # one partition either way (a batch's keys); named, so PySpark does not warn about it
+    whole = Window.partitionBy(F.lit(0)).orderBy("v")
+    edges = values.select("v", F.lag("v").over(whole).alias("before"))
+    gap = F.col("v") - F.col("before")
+    # the least value (no neighbour below) first, then the widest gaps that skip a value;
+    # a gap that overflows only moves a cut: the bounds are the values themselves
+    starts = (edges.filter(F.col("before").isNull() | (gap > 1))
+              .orderBy(F.desc_nulls_first(gap)).limit(MAX_KEY_RANGES).collect())
+    greatest = batch.agg(F.max(col(key))).first()[0]
+    starts = sorted(starts, key=lambda r: r.v)
+    ends = [r.before for r in starts[1:]] + [greatest]
+    return [(r.v, end) for r, end in zip(starts, ends)]
 
 
 def _literal(value: object) -> str:

@@ -75,9 +75,19 @@ def test_the_merge_carries_the_batch_key_range_as_literals(spark):
         "tag string, day date, at timestamp, n bigint")
     assert key_range(batch, ["tag", "day", "at", "n"]) == (
         "t.`tag` BETWEEN 'back\\\\slash' AND 'it\\'s' AND "
-        "t.`day` BETWEEN DATE'2026-01-02' AND DATE'2026-03-04' AND t.`n` BETWEEN -2 AND 5")
+        "t.`day` BETWEEN DATE'2026-01-02' AND DATE'2026-03-04' AND "
+        "(t.`n` BETWEEN -2 AND -2 OR t.`n` BETWEEN 5 AND 5)")
     assert key_range(batch, ["at"]) is None  # no literal form here: no range
     assert key_range(batch.limit(0), ["n"]) is None
+    recent = spark.createDataFrame([(k,) for k in [*range(1000, 1100), *range(1200, 1300),
+                                                   -7, -7, 5, 2 ** 62]], "n bigint")
+    assert key_range(recent, ["n"]) == (  # cut at the widest gaps, at most 8 ranges
+        "(t.`n` BETWEEN -7 AND -7 OR t.`n` BETWEEN 5 AND 5 OR t.`n` BETWEEN 1000 AND 1099 OR "
+        f"t.`n` BETWEEN 1200 AND 1299 OR t.`n` BETWEEN {2 ** 62} AND {2 ** 62})")
+    many = spark.createDataFrame([(k * k,) for k in range(100)], "n bigint")
+    ranges = key_range(many, ["n"])
+    assert ranges.count("BETWEEN") == 8 and "BETWEEN 0 AND" in ranges
+    assert ranges.endswith("t.`n` BETWEEN 9801 AND 9801)")  # the widest gaps are at the top
     sql = silver_merge_sql("target", "source", ["n"], ["n", "v"], ["n", "v"],
                            key_range="t.`n` BETWEEN -2 AND 5")
     assert "ON t.`n` = s.`n` AND t.`n` BETWEEN -2 AND 5\n" in sql
