@@ -17,19 +17,8 @@ from test_job import EXPECTED_ITEMS, ITEMS, history
 from pipelines.catalog import TableNames, read_table
 from pipelines.config import DatabricksConfig, LakeConfig
 from pipelines.silver.job import run_silver
-from pipelines.silver.maintenance import DatabricksMaintenance
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(autouse=True)
-def unity_layout(config_engine, monkeypatch):
-    """Sail has none of DESCRIBE DETAIL, ALTER TABLE ... CLUSTER BY and OPTIMIZE
-    (portability rule 1): on Sail the Databricks adapter's layout steps are left out;
-    classic Spark with Delta runs them as Databricks does."""
-    if config_engine == "local":
-        monkeypatch.setattr(DatabricksMaintenance, "prepare", lambda *args: None)
-        monkeypatch.setattr(DatabricksMaintenance, "compact", lambda *args: False)
 
 
 @pytest.fixture
@@ -159,7 +148,7 @@ def test_source_tables_sharing_a_catalog_table_stop_instead_of_mixing(spark, lak
 def test_catalog_tables_are_clustered_by_key_merged_on_read_and_optimized(spark, lake, unity,
                                                                          config_engine):
     if config_engine == "local":
-        pytest.skip("Sail runs no layout SQL (unity_layout); the Spark pass runs this")
+        pytest.skip("Sail runs no layout SQL (conftest.unity_layout); the Spark pass runs this")
     unity = replace(unity, silver=replace(unity.silver, compact_files=2))
     history(lake)
     run_silver(unity, spark)
