@@ -14,8 +14,8 @@ CHECKPOINT ("source s"). Then silver gets the same N rows (--initial; every step
   through the slot and the first `lakehouse silver` creates the silver, tombstone and
   progress tables from it (the pipeline's own schema, protocol and progress). psql's
   \\copy exports the other N-1 rows as CSV; pyarrow types them as that silver table
-  does and delta-rs appends them in one commit, in key order, in files of
-  silver.target_file_mb (what silver's compaction aims for), at the position where the
+  does and delta-rs appends them in one commit, in key order, in 64 MB files (a bulk
+  load's: larger than the files silver's compaction packs), at the position where the
   slot starts: older than any change the slot streams, so the pipeline continues from
   them as from a backfill. `lakehouse verify` after every case checks the result.
   Direct is the default. On 2 shared cores (load 3-6) it took 4.2-6.0 s for 1M rows
@@ -102,7 +102,6 @@ import pyarrow.csv as pacsv
 
 from bench.common import Run, embedded_server, lakehouse, write_config
 from bench.silver_bench import silver_path, vm_hwm_mb
-from pipelines.config import SilverConfig
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir
 from pipelines.ingest.lsn import parse_lsn
 
@@ -111,6 +110,7 @@ ENGINES = {"sail": {"engine": "local"},
            "spark": {"engine": "spark", "spark": {"master": "local[2]"}}}
 MIX = (0.4, 0.5, 0.1)  # inserts, updates, deletes
 RECENT_SHARE = 0.01  # --shape recent: updates and deletes among the newest 1% of ids
+BULK_FILE_MB = 64  # the initial files: like a backfill's, left alone by compaction
 SOURCE_TYPES = {"id": pa.int64(), "name": pa.string(), "amount": pa.decimal128(12, 2),
                 "qty": pa.int32(), "active": pa.bool_(), "updated_at": pa.int64()}
 UTC = pa.timestamp("us", tz="UTC")
@@ -229,7 +229,7 @@ def append_rows(dsn: str, silver: Path, slot_start: int, scratch: Path) -> None:
                                 for name, value in position.items()})
                 yield from pa.table(columns).select(schema.names).cast(schema).to_batches()
     write_deltalake(str(silver), pa.RecordBatchReader.from_batches(schema, typed()),
-                    mode="append", target_file_size=SilverConfig().target_file_mb << 20)
+                    mode="append", target_file_size=BULK_FILE_MB << 20)
     scratch.unlink()
 
 

@@ -74,8 +74,8 @@ class SilverConfig:
     tombstone_retention_hours: float = 168.0
     max_batch_rows: int = 2_000_000  # more new bronze is applied in slices (silver/slicing.py)
     deletion_vectors: bool = True  # merge-on-read: a MERGE writes only the rows it changes
-    compact_files: int = 50  # compact a table once it has this many small files (0: never)
-    target_file_mb: int = 64  # the size compaction aims for
+    compact_files: int = 50  # compact a table once it has this many small files
+    target_file_mb: int = 16  # compaction packs smaller files into files of about this size
 
 
 @dataclass(frozen=True)
