@@ -96,8 +96,9 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "run", help="ingest, silver and gold together (local use)",
         description="Start the ingest as a child process and apply silver and gold as soon "
-        "as bronze has new commits (at most once per silver.interval_seconds). Ctrl-C (or SIGTERM) stops the ingest cleanly, applies "
-        "what it landed, and exits 0. Exits with the ingest's code if it fails.")
+        "as bronze has new commits (at most once per silver.interval_seconds). Ctrl-C (or "
+        "SIGTERM) stops the ingest cleanly, applies what it landed, and exits 0. Exits "
+        "with the ingest's code if it fails.")
     parser.set_defaults(handler=_run)
 
 
