@@ -45,12 +45,13 @@ def config_engine(engine: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def unity_layout(config_engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def unity_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sail has none of DESCRIBE DETAIL, ALTER TABLE ... CLUSTER BY and OPTIMIZE
     (portability rule 1): where a test runs engine databricks on Sail, the Databricks
     adapter's layout steps for catalog tables are left out; classic Spark with Delta runs
     them as Databricks does."""
-    if config_engine == "local":
+    # the option, not the `engine` fixture: some tests parametrize a name `engine`
+    if CONFIG_ENGINES[request.config.getoption("--engine")] == "local":
         from pipelines.silver.maintenance import DatabricksMaintenance
 
         monkeypatch.setattr(DatabricksMaintenance, "prepare", _lake_tables_only("prepare"))
