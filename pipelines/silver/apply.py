@@ -34,7 +34,7 @@ from pipelines.silver.events import (
     snapshot_rows, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
-from pipelines.silver.maintenance import DELETION_VECTORS, Maintenance
+from pipelines.silver.maintenance import Maintenance
 from pipelines.silver.merge import (
     STALE, add_columns_merge_sql, floor_merge_sql, key_range, mark_stale_events,
     silver_merge_sql, tombstone_merge_sql)
@@ -68,7 +68,6 @@ class SilverContext:
     changes: DataFrame
     names: TableNames
     generation_starts: Sequence[int] = ()  # pipelines.bronze.generations
-    deletion_vectors: bool = True  # new tables get them (silver.deletion_vectors)
 
     def exists(self, table: TableRef) -> bool:
         """Whether the silver or tombstone table exists yet."""
@@ -332,7 +331,8 @@ def _expiry_horizon(run: SilverContext, marks: TableRef,
     if newest_commit_micros is None:
         return None
     last = _expired_at.get(marks.sql)
-    if last is not None and newest_commit_micros - last < EXPIRE_EVERY // timedelta(microseconds=1):
+    every = EXPIRE_EVERY // timedelta(microseconds=1)
+    if last is not None and newest_commit_micros - last < every:
         return None
     _expired_at[marks.sql] = newest_commit_micros
     return newest_commit_micros - run.retention // timedelta(microseconds=1)
@@ -354,14 +354,11 @@ def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFram
 
 def _create_table(run: SilverContext, table: TableRef, schema: StructType,
                   replace_table: bool) -> None:
-    """Create an empty Delta table (or replace one, for a rebuild), with deletion vectors
-    unless silver.deletion_vectors is off: a MERGE then marks the rows it replaces in
-    the files that hold them instead of rewriting those files, so its cost follows the
-    batch (docs/silver.md, table layout)."""
+    """Create an empty Delta table (or replace one, for a rebuild), with the table
+    properties of silver's layout (deletion vectors: Maintenance.table_options)."""
     ensure_schema(run.spark, table)
-    writer = run.spark.createDataFrame([], schema).write.format("delta")
-    if run.deletion_vectors:
-        writer = writer.option(DELETION_VECTORS, "true")
+    writer = (run.spark.createDataFrame([], schema).write.format("delta")
+              .options(**run.maintenance.table_options()))
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)

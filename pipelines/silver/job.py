@@ -92,7 +92,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     starts = generation_starts(Registry(lake).all())
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
-                        starts, config.silver.deletion_vectors)
+                        starts)
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     reports: dict[str, TableReport] = {}
     upto = None
@@ -174,8 +174,7 @@ def _maintain(run: SilverContext, tables: Sequence[str], progress_path: TableLoc
     for name in tables:
         schema, table = name.split(".", 1)
         for target in (run.names.silver(schema, table), run.names.tombstones(schema, table)):
-            if run.exists(target):  # a bare truncate may have written neither
-                run.maintenance.compact(run.spark, target)
+            run.maintenance.compact(run.spark, target)
             run.maintenance.trim_log(target)
     run.maintenance.trim_log(TableRef(path=progress_path))
 

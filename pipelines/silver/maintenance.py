@@ -19,7 +19,7 @@ from typing import Protocol, Sequence
 
 from pyspark.sql import SparkSession
 
-from pipelines.catalog import TableRef, quote, silver_table_name
+from pipelines.catalog import TableRef, quote, silver_table_name, table_exists
 from pipelines.config import Config, SilverConfig
 from pipelines.lake import Lake, TableLocation, trim_log
 
@@ -51,7 +51,10 @@ class Maintenance(Protocol):
 
     def compact(self, spark: SparkSession, table: TableRef) -> bool:
         """Compact the table's small files once there are silver.compact_files of them;
-        True if it did."""
+        True if it did (False too for a table that does not exist)."""
+
+    def table_options(self) -> dict[str, str]:
+        """The Delta writer options a new silver or tombstone table is created with."""
 
 
 class LocalMaintenance:
@@ -109,13 +112,18 @@ class LocalMaintenance:
         self._prepared.add(path)
 
     def compact(self, spark: SparkSession, table: TableRef) -> bool:
+        from deltalake.exceptions import TableNotFoundError
+
         if table.path is None:
             return False
         # delta-rs rewrites every file below the target size: a target well below the
         # files a backfill or a bulk load writes leaves those alone, and bin-packs the
         # small files every MERGE adds into files that then stay as they are.
         target = self.settings.target_file_mb * 1024 * 1024
-        delta = table.path.open()
+        try:
+            delta = table.path.open()
+        except TableNotFoundError:  # a run that only truncated wrote neither table
+            return False
         sizes = delta.get_add_actions(flatten=True).column("size_bytes").to_pylist()
         small = sum(1 for size in sizes if size < target // 2)
         if small < self.settings.compact_files:
@@ -128,6 +136,11 @@ class LocalMaintenance:
         log.info("silver %s: compacted %s small files into %s", table.path,
                  metrics["numFilesRemoved"], metrics["numFilesAdded"])
         return True
+
+    def table_options(self) -> dict[str, str]:
+        # A MERGE then marks the rows it replaces instead of rewriting their files, so
+        # its cost follows the batch (docs/silver.md, table layout).
+        return {DELETION_VECTORS: "true"} if self.settings.deletion_vectors else {}
 
 
 class DatabricksMaintenance:
@@ -172,10 +185,13 @@ class DatabricksMaintenance:
             return self.lake_tables.compact(spark, table)
         merges = self._merges.get(table.sql, 0) + 1
         self._merges[table.sql] = merges % self.settings.compact_files
-        if merges < self.settings.compact_files:
+        if merges < self.settings.compact_files or not table_exists(spark, table):
             return False
         spark.sql(f"OPTIMIZE {table.sql}").collect()
         return True
+
+    def table_options(self) -> dict[str, str]:
+        return self.lake_tables.table_options()
 
 
 def layout_statements(table: str, keys: Sequence[str], deletion_vectors: bool,

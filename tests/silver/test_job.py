@@ -200,6 +200,15 @@ def test_cli_verb_runs_once_and_exits_4_on_a_stopped_table(spark, lake, tmp_path
     assert "cannot type source values" in capsys.readouterr().out
 
 
+def test_a_truncate_without_columns_before_any_table_exists_writes_nothing(spark, lake, config):
+    bare = {**ITEMS.truncate(9, 0), "columns": None, "type_names": None, "key_columns": None}
+    lake.append_changes([bare])
+    assert run_silver(config, spark).tables[0].truncated  # and maintenance found no table
+    for path in (lake.root / "silver" / "public" / "items",
+                 tombstones_path(lake.layout, "public", "items")):
+        assert not DeltaTable.is_deltatable(str(path))
+
+
 def test_a_truncate_without_columns_still_empties_the_table(spark, lake, config):
     lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.delete(10, 1, id=1),
                          ITEMS.insert(10, 2, id=2, name="b")])
