@@ -4,13 +4,23 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest
+# The newest Spark line delta-spark supports, in an environment of its own.
+LATEST := .venv-spark-latest
+# Python 3.12 (Databricks Runtime 17.3 LTS's), with the built wheel installed.
+PY312 := .venv-py312
+# The other environments' tests use the object-store servers installed in $(VENV).
+STORES := LAKEHOUSE_TEST_MINIO=$(CURDIR)/$(VENV)/bin/minio \
+	LAKEHOUSE_TEST_AZURITE=$(CURDIR)/$(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: install java spark-jars object-stores postgres demo test bench clean
+.PHONY: install java spark-jars object-stores postgres demo test test-py312 \
+	test-spark-latest bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The pinned Spark line (Spark 4.0, Delta 4.0) with every extra: the demo's engine,
+# classic Spark and the test tools.
+$(VENV)/.installed: pyproject.toml constraints/spark-4.0.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[local,spark,test]' -c constraints/spark-4.0.txt
 	touch $@
 
 install: $(VENV)/.installed
@@ -47,11 +57,39 @@ demo: install
 # pass runs in two processes. Then the replication, backfill and end-to-end tests
 # (`pg_versions`) again on PostgreSQL 15 and 18 (16 is the default), in two processes:
 # each has its own server and every test its own database.
+# Last, the engine-free tests and a short demo on Python 3.12 from the built wheel.
 test: install spark-jars object-stores postgres
 	$(PYTEST) --engine sail
 	$(PYTEST) --engine spark -m spark -n 2
 	$(PYTEST) --engine sail --postgres 15 -m pg_versions -n 2
 	$(PYTEST) --engine sail --postgres 18 -m pg_versions -n 2
+	$(MAKE) test-py312
+
+# The built wheel with [local,test] in a fresh Python 3.12 venv (pyenv's, or python3.12
+# on PATH): the tests that need no Spark session, then a short demo run from the wheel
+# in a directory outside the checkout.
+test-py312: install object-stores
+	rm -rf $(PY312) dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	$$(scripts/find-python.sh 3.12) -m venv $(PY312)
+	$(PY312)/bin/pip install --quiet --upgrade pip
+	$(PY312)/bin/pip install --quiet "$$(ls dist/lakehouse_cdc-*.whl)[local,test]" \
+		-c constraints/spark-4.0.txt
+	$(STORES) $(PY312)/bin/python -m pytest -p no:cacheprovider -m "not spark and not install" -n 2
+	demo=$$(mktemp -d) && cd $$demo && $(CURDIR)/$(PY312)/bin/lakehouse demo --rows 2000 \
+		--seconds 5 --workdir $$demo/work && rm -rf $$demo
+
+# The engine-dependent tests on the newest Spark line (Spark 4.2, Delta 4.4): in its own
+# environment, since a process has one PySpark. Not part of `make test` (docs/install.md).
+$(LATEST)/.installed: pyproject.toml constraints/spark-4.2.txt | java
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/pip install --quiet --upgrade pip
+	$(LATEST)/bin/pip install --quiet -e '.[spark,test]' -c constraints/spark-4.2.txt
+	$(LATEST)/bin/python scripts/fetch-spark-jars.py
+	touch $@
+
+test-spark-latest: $(LATEST)/.installed object-stores postgres
+	$(STORES) $(LATEST)/bin/python -m pytest --engine spark -m spark -n 2
 
 # Benchmarks print rates next to the physical limit measured in the same run.
 bench: install object-stores
@@ -64,4 +102,4 @@ bench: install object-stores
 	$(BIN)/python -m bench.object_store_bench
 
 clean:
-	rm -rf $(VENV) .lakehouse lake
+	rm -rf $(VENV) $(LATEST) $(PY312) dist .lakehouse lake

@@ -18,7 +18,8 @@ from deltalake.exceptions import DeltaError
 from obstore.exceptions import BaseError as ObstoreError
 
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
-from pipelines.errors import LakehouseError, SourceError, StorageError
+from pipelines.errors import ConfigError, LakehouseError, SourceError, StorageError
+from pipelines.extras import install_hint
 from pipelines.storage import RedactSecrets, redact
 
 log = logging.getLogger("lakehouse")
@@ -30,7 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.backfill.command",
     "pipelines.silver.command",
     "pipelines.gold.command",
-    "pipelines.verify",
+    "pipelines.verify_command",
     "pipelines.recover",
     "pipelines.continuous",
 )
@@ -151,10 +152,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.quiet)
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
+    config = None
     try:
         config = (load_config(args.config, overrides=args.overrides)
                   if getattr(args, "needs_config", True) else None)
         return handler(args, config)
+    except ModuleNotFoundError as exc:  # an extra this install lacks (docs/install.md)
+        hint = install_hint(exc.name, config.engine if config else getattr(args, "engine", None))
+        if hint is None:
+            raise
+        print(f"lakehouse {args.verb}: error: {hint}", file=sys.stderr)
+        return ConfigError.exit_code
     except LakehouseError as exc:
         log.debug("failed", exc_info=True)
         print(f"lakehouse {args.verb}: error: {exc}", file=sys.stderr)

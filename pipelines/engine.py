@@ -2,6 +2,7 @@
 
 - local: an embedded Sail Spark Connect server in this process (no JVM), stopped at exit;
 - spark: classic PySpark with delta-spark;
+- connect: an existing Spark Connect endpoint (Spark with Delta Lake, a Sail server);
 - databricks: the job cluster's own session.
 Pipeline code never branches on the engine beyond this module (docs/architecture.md, Engines).
 """
@@ -47,9 +48,12 @@ def get_spark(config: "Config") -> "SparkSession":
         conf = {**storage.hadoop_conf(lake.store, options, os.environ), **config.spark.conf}
         return start_classic_session(warehouse, config.spark.master, config.spark.jars, conf,
                                      packages=storage.spark_packages(lake.store))
+    if config.engine == "connect":
+        return connect_session(config.connect.url, config.connect.conf)
     if config.engine == "databricks":
         return databricks_session()
-    raise ConfigError(f"engine: got {config.engine!r}, expected local, spark or databricks")
+    raise ConfigError(f"engine: got {config.engine!r}, expected local, spark, connect or "
+                      "databricks")
 
 
 def start_local_session(warehouse: str | Path) -> "SparkSession":
@@ -137,6 +141,35 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
         ) from exc
     log.info("spark engine: classic Spark %s (master %s) with Delta Lake", spark.version, master)
     return spark
+
+
+def connect_session(url: str = "", conf: Mapping[str, str] | None = None) -> "SparkSession":
+    """A session on an existing Spark Connect server: `url`, else $SPARK_REMOTE. The
+    server owns its warehouse and its way to the lake's storage; this sends only session
+    settings. A token comes from the environment (SPARK_CONNECT_AUTHENTICATE_TOKEN, read
+    by PySpark itself), never from the config."""
+    from pyspark.sql import SparkSession
+
+    url = url or os.environ.get("SPARK_REMOTE", "")
+    if not url:
+        raise ConfigError("engine connect needs an endpoint: set connect.url "
+                          "(sc://host:port) in the config, or SPARK_REMOTE in the environment")
+    builder = SparkSession.builder.remote(url).config("spark.sql.session.timeZone", "UTC")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+        version = spark.version
+    except Exception as exc:  # gRPC reports an unreachable or refusing server many ways
+        raise ConfigError(f"engine connect: cannot open a session on {_endpoint(url)}: "
+                          f"{str(exc).splitlines()[0][:300]}") from exc
+    log.info("connect engine: Spark Connect server %s (Spark %s)", _endpoint(url), version)
+    return spark
+
+
+def _endpoint(url: str) -> str:
+    """A Connect URL without its parameters, which may hold a token."""
+    return url.split("/;", 1)[0].split(";", 1)[0]
 
 
 def databricks_session() -> "SparkSession":

@@ -11,9 +11,11 @@ It is pure but for `object_store` and `secret_values`, which read the environmen
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from pipelines.errors import ConfigError
@@ -45,7 +47,6 @@ _CLIENT_OPTIONS = {"allow_http", "allow_invalid_certificates", "connect_timeout"
                    "pool_max_idle_per_host", "proxy_url", "proxy_ca_certificate",
                    "proxy_excludes", "timeout", "user_agent"}
 
-HADOOP_VERSION = "3.4.1"  # the Hadoop client PySpark 4.0 ships; its connectors must match
 GCS_CONNECTOR = "com.google.cloud.bigdataoss:gcs-connector:3.0.4"
 
 
@@ -186,10 +187,24 @@ def hadoop_conf(store: str | None, options: Mapping[str, str],
 
 def spark_packages(store: str | None) -> list[str]:
     """Maven coordinates of classic Spark's connector for the store (fetched by Ivy like
-    delta-spark, and cached)."""
-    return {"s3": [f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}"],
-            "azure": [f"org.apache.hadoop:hadoop-azure:{HADOOP_VERSION}"],
-            "gcs": [GCS_CONNECTOR]}.get(store or "", [])
+    delta-spark, and cached). Hadoop's connectors must match the Hadoop client the
+    installed PySpark ships, which differs between Spark lines."""
+    if store in ("s3", "azure"):
+        return [f"org.apache.hadoop:hadoop-{'aws' if store == 's3' else 'azure'}:"
+                f"{hadoop_version()}"]
+    return [GCS_CONNECTOR] if store == "gcs" else []
+
+
+def hadoop_version() -> str:
+    """The version of the Hadoop client in the installed PySpark's jars."""
+    spec = importlib.util.find_spec("pyspark")
+    jars = (Path(spec.submodule_search_locations[0]) / "jars"
+            if spec and spec.submodule_search_locations else None)
+    found = sorted(jars.glob("hadoop-client-api-*.jar")) if jars else []
+    if not found:
+        raise ConfigError("classic Spark needs PySpark with its jars (pip install "
+                          "'lakehouse-cdc[spark]'); found none to tell its Hadoop version")
+    return found[0].name[len("hadoop-client-api-"):-len(".jar")]
 
 
 def check_spark_url(uri: str) -> None:

@@ -12,7 +12,6 @@ silver has applied all of bronze, so a quiet source compares exactly.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 import uuid
@@ -265,33 +264,3 @@ def format_diffs(diffs: Sequence[TableDiff]) -> str:
         if not diff.equal:
             lines.append(f"  repair: lakehouse backfill --resync {diff.table}")
     return "\n".join(lines)
-
-
-def add_parser(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser(
-        "verify", help="compare silver with the live source (exit 1 on any difference)",
-        description="Wait until the ingest has confirmed the source's current WAL position "
-        "and check silver has applied all of bronze; then compare every silver table with "
-        "its source table row by row (one consistent source snapshot). Prints missing, "
-        "extra and different keys. Exit 0: equal; 1: different or not caught up. Run it "
-        "when the source is quiet: changes made during the comparison show as differences.")
-    parser.add_argument("tables", nargs="*", metavar="TABLE",
-                        help="schema.table (or a public table's name); default: all")
-    parser.add_argument("--sample", type=int, default=10,
-                        help="keys to list per kind of difference (default: %(default)s)")
-    parser.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long to wait for the ingest to catch up (default: %(default)s)")
-    parser.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace, config: Config) -> int:
-    from pipelines.engine import get_spark
-
-    spark = get_spark(config)
-    try:
-        diffs = run_verify(config, spark, args.tables, args.sample, args.wait)
-    except NotCaughtUp as exc:
-        print(f"not verified: {exc}")
-        return 1
-    print(format_diffs(diffs))
-    return 0 if all(d.equal for d in diffs) else 1

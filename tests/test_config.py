@@ -144,3 +144,32 @@ def test_spark_conf_passes_any_property_spelled_as_spark_spells_it(tmp_path):
         load_config(write(tmp_path, GOOD + "spark: {conf: [spark.x]}\n"), environ={})
     with pytest.raises(ConfigError, match="spark.conf: got .*expected a mapping of Spark"):
         load_config(write(tmp_path, GOOD + "spark: {conf: {spark.x: [1]}}\n"), environ={})
+
+
+def test_connect_takes_an_sc_url_and_session_settings(tmp_path):
+    text = GOOD.replace("engine: local", "engine: connect") + (
+        "connect:\n  url: sc://spark.internal:15002/;use_ssl=true\n"
+        "  conf: {spark.sql.shuffle.partitions: 8}\n")
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.connect.url == "sc://spark.internal:15002/;use_ssl=true"
+    assert config.connect.conf == {"spark.sql.shuffle.partitions": "8"}
+
+
+@pytest.mark.parametrize("url, message", [
+    ("http://spark:15002", "connect.url: got 'http://spark:15002', expected sc://host:port"),
+    ("sc://spark:15002/;use_ssl=true;token=abc", "tokens come only from the environment"),
+])
+def test_connect_refuses_other_urls_and_a_token_in_the_file(tmp_path, url, message):
+    text = GOOD.replace("engine: local", "engine: connect") + f"connect: {{url: '{url}'}}\n"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert message in str(info.value)
+    assert "abc" not in str(info.value)
+
+
+def test_connect_without_an_endpoint_names_both_ways_to_give_one(tmp_path, monkeypatch):
+    from pipelines.engine import connect_session
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    with pytest.raises(ConfigError, match="set connect.url .* or SPARK_REMOTE"):
+        connect_session("")

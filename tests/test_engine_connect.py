@@ -1,0 +1,95 @@
+"""`engine: connect`: silver, gold and verify on an existing Spark Connect server, each
+verb a `lakehouse` process of its own as a job would run it. On the Spark pass the
+server is Spark's own with Delta Lake, and only a client presenting its token gets in
+(the token reaches the pipeline through the environment alone); on the Sail pass it is
+a standalone Sail server."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+
+import psycopg
+import pytest
+import yaml
+
+from pipelines.demo.run import DEMO_TABLES
+from pipelines.demo.seed import create_schema, seed
+from pipelines.gold.reports import REPORT_NAMES
+from pipelines.lake import Lake, read_delta
+from tests.connect_servers import start_sail, start_spark_connect
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+@pytest.fixture
+def token() -> str:
+    return secrets.token_hex(16)
+
+
+@pytest.fixture
+def server(engine, tmp_path, token):
+    workdir = tmp_path / "server"
+    workdir.mkdir()
+    server = start_spark_connect(workdir, token) if engine == "spark" else start_sail(workdir)
+    yield server
+    server.stop()
+
+
+def lakehouse(config, *args: str, env: dict[str, str] | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
+                             *args], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **(env or {})})
+    if check:
+        assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
+    return result
+
+
+def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_path, server,
+                                                              engine, token):
+    with psycopg.connect(source_dsn) as conn:
+        create_schema(conn)
+        seed(conn, 300)
+    lake = tmp_path / "lake"
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(yaml.safe_dump({
+        "source": {"dsn": source_dsn, "tables": DEMO_TABLES}, "lake": {"path": str(lake)},
+        "engine": "connect", "connect": {"url": server.url}}))
+    lakehouse(config, "setup")
+    lakehouse(config, "backfill")
+    with psycopg.connect(source_dsn) as conn:  # changes after the snapshot, for the stream
+        conn.execute("UPDATE time_entries SET description = 'changed' WHERE id IN "
+                     "(SELECT id FROM time_entries ORDER BY id LIMIT 20)")
+        conn.execute("DELETE FROM project_members WHERE user_id = 1")
+    lakehouse(config, "ingest", "--until-idle", "2")
+
+    authenticated = {TOKEN_ENV: token} if engine == "spark" else {}
+    silver = lakehouse(config, "silver", env=authenticated)
+    lakehouse(config, "gold", env=authenticated)
+    verified = lakehouse(config, "verify", env=authenticated)
+
+    assert f"Spark Connect server {server.url}" in silver.stderr
+    for table in DEMO_TABLES:
+        assert f"{table}: equal" in verified.stdout
+    for report in REPORT_NAMES:
+        assert read_delta(Lake.of(str(lake)).gold(report)).num_rows > 0, report
+
+
+def test_a_spark_connect_server_refuses_a_client_without_its_token(engine, tmp_path,
+                                                                    server, source_dsn):
+    if engine != "spark":
+        pytest.skip("a standalone Sail server has no authentication")
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(yaml.safe_dump({
+        "source": {"dsn": source_dsn}, "lake": {"path": str(tmp_path / "lake")},
+        "engine": "connect", "connect": {"url": server.url}}))
+
+    refused = lakehouse(config, "silver", env={TOKEN_ENV: "wrong"}, check=False)
+
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"engine connect: cannot open a session on {server.url}" in refused.stderr
+    assert "wrong" not in refused.stderr
