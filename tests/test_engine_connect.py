@@ -11,15 +11,14 @@ import secrets
 import subprocess
 import sys
 
-import psycopg
 import pytest
 import yaml
 
 from pipelines.demo.run import DEMO_TABLES
-from pipelines.demo.seed import create_schema, seed
 from pipelines.gold.reports import REPORT_NAMES
 from pipelines.lake import Lake, read_delta
 from tests.connect_servers import start_sail, start_spark_connect
+from tests.demo_source import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
@@ -51,9 +50,7 @@ def lakehouse(config, *args: str, env: dict[str, str] | None = None,
 
 def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_path, server,
                                                               engine, token):
-    with psycopg.connect(source_dsn) as conn:
-        create_schema(conn)
-        seed(conn, 300)
+    seeded(source_dsn)
     lake = tmp_path / "lake"
     config = tmp_path / "lakehouse.yml"
     config.write_text(yaml.safe_dump({
@@ -61,10 +58,7 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
         "engine": "connect", "connect": {"url": server.url}}))
     lakehouse(config, "setup")
     lakehouse(config, "backfill")
-    with psycopg.connect(source_dsn) as conn:  # changes after the snapshot, for the stream
-        conn.execute("UPDATE time_entries SET description = 'changed' WHERE id IN "
-                     "(SELECT id FROM time_entries ORDER BY id LIMIT 20)")
-        conn.execute("DELETE FROM project_members WHERE user_id = 1")
+    change_after_snapshot(source_dsn)
     lakehouse(config, "ingest", "--until-idle", "2")
 
     authenticated = {TOKEN_ENV: token} if engine == "spark" else {}

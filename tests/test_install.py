@@ -21,22 +21,25 @@ from email.parser import Parser
 from importlib.metadata import version
 from pathlib import Path
 
-import psycopg
 import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from pipelines.demo.run import DEMO_TABLES
-from pipelines.demo.seed import create_schema, seed
+from tests.demo_source import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.install, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[1]
 CORE = {"deltalake", "obstore", "psycopg", "pyarrow", "numpy", "pyyaml"}
-# What a runtime image holds before the wheel arrives: the pinned Spark line (this
-# environment's own), and older data libraries.
-RUNTIME = {"pyspark": version("pyspark"), "delta-spark": version("delta-spark"),
-           "pandas": "2.2.3", "pyarrow": "19.0.1", "numpy": "2.1.3"}
+
+
+@pytest.fixture(scope="module")
+def runtime() -> dict[str, str]:
+    """What a runtime image holds before the wheel arrives: the pinned Spark line (this
+    environment's own), and older data libraries."""
+    return {"pyspark": version("pyspark"), "delta-spark": version("delta-spark"),
+            "pandas": "2.2.3", "pyarrow": "19.0.1", "numpy": "2.1.3"}
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +96,6 @@ def write_config(path: Path, dsn: str, engine: str) -> Path:
     return path
 
 
-def seeded(dsn: str) -> None:
-    with psycopg.connect(dsn) as conn:
-        create_schema(conn)
-        seed(conn, 300)
-
-
 def test_the_wheel_requires_no_engine_server_or_test_tool(wheel):
     with zipfile.ZipFile(wheel) as whl:
         [name] = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
@@ -144,29 +141,26 @@ def test_without_extras_the_spark_free_verbs_run_and_the_others_name_their_extra
 
 
 def test_a_cluster_like_python_312_environment_runs_the_pipeline_on_its_own_spark(
-        wheel, python312, tmp_path, source_dsn):
+        wheel, python312, runtime, tmp_path, source_dsn):
     bin_dir = new_venv(python312, tmp_path / "venv",
-                       *(f"{name}=={v}" for name, v in RUNTIME.items()))
+                       *(f"{name}=={v}" for name, v in runtime.items()))
     before = installed(bin_dir)
 
     pip(bin_dir, "install", str(wheel))
 
     after = installed(bin_dir)
-    assert {name: after[name] for name in RUNTIME} == RUNTIME
+    assert {name: after[name] for name in runtime} == runtime
     assert {name: v for name, v in before.items() if after.get(name) != v} == {}
     assert "pysail" not in after and "pgserver" not in after and "pytest" not in after
     seeded(source_dsn)
     config = write_config(tmp_path / "lakehouse.yml", source_dsn, "spark")
     lakehouse(bin_dir, config, "setup")
     lakehouse(bin_dir, config, "backfill")
-    with psycopg.connect(source_dsn) as conn:  # changes after the snapshot, for the stream
-        conn.execute("UPDATE time_entries SET description = 'changed' WHERE id IN "
-                     "(SELECT id FROM time_entries ORDER BY id LIMIT 20)")
-        conn.execute("DELETE FROM project_members WHERE user_id = 1")
+    change_after_snapshot(source_dsn)
     lakehouse(bin_dir, config, "ingest", "--until-idle", "2")
     silver = lakehouse(bin_dir, config, "silver")
     verified = lakehouse(bin_dir, config, "verify")
 
-    assert f"classic Spark {RUNTIME['pyspark']}" in silver.stderr
+    assert f"classic Spark {runtime['pyspark']}" in silver.stderr
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout

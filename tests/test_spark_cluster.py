@@ -12,17 +12,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import psycopg
 import pytest
 import yaml
 
 from pipelines.demo.run import DEMO_TABLES
-from pipelines.demo.seed import create_schema, seed
 from pipelines.gold.reports import REPORT_NAMES
 from pipelines.lake import Lake, read_delta
+from tests.demo_source import change_after_snapshot, seeded
 from tests.standalone import StandaloneCluster
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.classic]
 
 
 @pytest.fixture
@@ -43,9 +42,7 @@ def lakehouse(config, *args: str, timeout: float = 600) -> subprocess.CompletedP
 
 
 def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster, s3):
-    with psycopg.connect(source_dsn) as conn:
-        create_schema(conn)
-        seed(conn, 300)
+    seeded(source_dsn)
     lake_url = s3.new_lake()
     config = tmp_path / "lakehouse.yml"
     config.write_text(yaml.safe_dump({
@@ -59,10 +56,7 @@ def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path
             "spark.executor.cores": "1", "spark.cores.max": "2"}}}))
     lakehouse(config, "setup")
     lakehouse(config, "backfill")
-    with psycopg.connect(source_dsn) as conn:  # changes after the snapshot, for the stream
-        conn.execute("UPDATE time_entries SET description = 'changed' WHERE id IN "
-                     "(SELECT id FROM time_entries ORDER BY id LIMIT 20)")
-        conn.execute("DELETE FROM project_members WHERE user_id = 1")
+    change_after_snapshot(source_dsn)
     lakehouse(config, "ingest", "--until-idle", "2")
 
     lakehouse(config, "silver")
