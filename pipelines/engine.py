@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from pipelines import storage
 from pipelines.errors import ConfigError
+from pipelines.extras import check_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +38,7 @@ def get_spark(config: "Config") -> "SparkSession":
     relative default would put a directory wherever the job happens to run."""
     from pipelines.lake import Lake
 
+    check_engine(config.engine)
     lake = Lake.from_config(config)
     warehouse = (lake.uri("_warehouse") if lake.is_local
                  else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))

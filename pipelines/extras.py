@@ -7,6 +7,10 @@ servers and test tools come with the extras `local`, `spark` and `test`.
 
 from __future__ import annotations
 
+import importlib.util
+
+from pipelines.errors import ConfigError
+
 PACKAGE = "lakehouse-cdc"
 # Top-level module -> (what it is, the extra that installs it).
 MODULES = {
@@ -20,6 +24,17 @@ MODULES = {
 # PySpark and what its Spark Connect client imports: which extra depends on the engine.
 SPARK_CLIENT = {"pyspark", "pandas", "grpc", "grpc_status", "google", "zstandard"}
 ENGINE_EXTRA = {"local": "local", "spark": "spark", "connect": "spark"}
+# What each engine imports: checked before a command starts work it could not finish.
+ENGINE_MODULES = {"local": ("pyspark", "grpc", "pandas", "pysail"),
+                  "spark": ("pyspark", "pandas", "delta"),
+                  "connect": ("pyspark", "grpc", "pandas")}
+
+
+def check_engine(engine: str) -> None:
+    """ConfigError naming the extra to install when `engine`'s modules are missing."""
+    for module in ENGINE_MODULES.get(engine, ()):
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(install_hint(module, engine))
 
 
 def install_hint(module: str | None, engine: str | None) -> str | None:

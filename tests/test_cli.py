@@ -32,3 +32,22 @@ def test_help_explains_every_verb():
                  "demo"):
         assert verb in result.stdout
     assert "Exit codes" in result.stdout
+
+
+def test_an_engine_whose_extra_is_missing_stops_before_any_work_and_names_the_extra(
+        tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from pipelines import extras
+    from pipelines.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pysail", "delta") else real(name, *a))
+    for engine, extra in (("local", "local"), ("spark", "spark")):
+        config = tmp_path / f"{engine}.yml"
+        config.write_text(f"source: {{dsn: 'host=127.0.0.1 port=1'}}\nlake: {{path: lake}}\n"
+                          f"engine: {engine}\n")
+        assert main(["--config", str(config), "silver"]) == 2
+        assert f"is not installed: pip install 'lakehouse-cdc[{extra}]'" in capsys.readouterr().err
+    assert not (tmp_path / "lake").exists()

@@ -32,6 +32,7 @@ from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
 from pipelines.embedded_pg import EmbeddedPostgres, server_dir_for
 from pipelines.engine import get_spark
+from pipelines.extras import check_engine
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
@@ -79,6 +80,7 @@ class Timings:
 
 
 def run_demo(options: DemoOptions) -> int:
+    check_engine(options.engine)  # before a database or a lake exists
     workdir = options.workdir.resolve()
     server = EmbeddedPostgres(server_dir_for(workdir / "pg"), options.port)
     if options.fresh:
