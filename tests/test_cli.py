@@ -12,7 +12,8 @@ def test_bad_config_exits_2_with_message_and_no_traceback(tmp_path):
     bad.write_text("source: {dsn: x}\nengine: flink\n")
     result = run_cli("--config", str(bad), "status")
     assert result.returncode == 2
-    assert "engine: got 'flink', expected one of local, spark, connect, databricks" in result.stderr
+    assert ("engine: got 'flink', expected one of local, spark, connect, databricks"
+            in result.stderr)
     assert "Traceback" not in result.stderr
 
 

@@ -1,5 +1,6 @@
-"""`engine: connect`: silver, gold and verify on an existing Spark Connect server, each
-verb a `lakehouse` process of its own as a job would run it. On the Spark pass the
+"""`engine: connect`: silver, gold and verify on an existing Spark Connect server (named
+by connect.url, or by SPARK_REMOTE), each verb a `lakehouse` process of its own as a job
+would run it. On the Spark pass the
 server is Spark's own with Delta Lake, and only a client presenting its token gets in
 (the token reaches the pipeline through the environment alone); on the Sail pass it is
 a standalone Sail server."""
@@ -52,10 +53,12 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
                                                               engine, token):
     seeded(source_dsn)
     lake = tmp_path / "lake"
+    settings = {"source": {"dsn": source_dsn, "tables": DEMO_TABLES},
+                "lake": {"path": str(lake)}, "engine": "connect"}
     config = tmp_path / "lakehouse.yml"
-    config.write_text(yaml.safe_dump({
-        "source": {"dsn": source_dsn, "tables": DEMO_TABLES}, "lake": {"path": str(lake)},
-        "engine": "connect", "connect": {"url": server.url}}))
+    config.write_text(yaml.safe_dump({**settings, "connect": {"url": server.url}}))
+    remote = tmp_path / "remote.yml"  # PySpark's own variable stands in for connect.url
+    remote.write_text(yaml.safe_dump(settings))
     lakehouse(config, "setup")
     lakehouse(config, "backfill")
     change_after_snapshot(source_dsn)
@@ -64,9 +67,10 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
     authenticated = {TOKEN_ENV: token} if engine == "spark" else {}
     silver = lakehouse(config, "silver", env=authenticated)
     lakehouse(config, "gold", env=authenticated)
-    verified = lakehouse(config, "verify", env=authenticated)
+    verified = lakehouse(remote, "verify", env={**authenticated, "SPARK_REMOTE": server.url})
 
     assert f"Spark Connect server {server.url}" in silver.stderr
+    assert f"Spark Connect server {server.url}" in verified.stderr
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
     for report in REPORT_NAMES:
