@@ -26,7 +26,7 @@ SPARK_CLIENT = {"pyspark", "pandas", "grpc", "grpc_status", "google", "zstandard
 ENGINE_EXTRA = {"local": "local", "spark": "spark", "connect": "spark"}
 # What each engine imports: checked before a command starts work it could not finish.
 ENGINE_MODULES = {"local": ("pyspark", "grpc", "pandas", "pysail"),
-                  "spark": ("pyspark", "pandas", "delta"),
+                  "spark": ("pyspark", "delta"),
                   "connect": ("pyspark", "grpc", "pandas")}
 
 
