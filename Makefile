@@ -75,7 +75,8 @@ test-py312: install object-stores
 	$(PY312)/bin/pip install --quiet --upgrade pip
 	$(PY312)/bin/pip install --quiet "$$(ls dist/lakehouse_cdc-*.whl)[local,test]" \
 		-c constraints/spark-4.0.txt
-	$(STORES) $(PY312)/bin/python -m pytest -p no:cacheprovider -m "not spark and not classic and not install" -n 2
+	$(STORES) $(PY312)/bin/python -m pytest -p no:cacheprovider -n 2 \
+		-m "not spark and not classic and not install"
 	demo=$$(mktemp -d) && cd $$demo && $(CURDIR)/$(PY312)/bin/lakehouse demo --rows 2000 \
 		--seconds 5 --workdir $$demo/work && rm -rf $$demo
 

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.embedded_pg import free_port
+from pipelines.engine import CLASSIC_CONF, CONNECT_VARIABLES
 from tests.engines import CLASSIC_TEST_CONF
 
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-              "spark.sql.catalog.spark_catalog":
-                  "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
 
 
 @dataclass
@@ -69,11 +67,11 @@ def start_spark_connect(workdir: Path, token: str) -> ConnectServer:
 
     home = os.path.dirname(pyspark.__file__)  # a pip-installed PySpark is its SPARK_HOME
     port = free_port()
-    conf = {**DELTA_CONF, **CLASSIC_TEST_CONF, "spark.connect.grpc.binding.port": str(port),
+    # The settings of the pipeline's own classic sessions (Delta's extension and catalog)
+    conf = {**CLASSIC_CONF, **CLASSIC_TEST_CONF, "spark.connect.grpc.binding.port": str(port),
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.authenticate.token": token,
-            "spark.sql.warehouse.dir": str(workdir / "warehouse"),
-            "spark.ui.enabled": "false"}
+            "spark.sql.warehouse.dir": str(workdir / "warehouse")}
     command = [os.path.join(home, "bin", "spark-submit"), "--class", CONNECT_SERVER,
                "--master", "local[2]", "--packages", delta_package()]
     for key, value in conf.items():
@@ -81,7 +79,7 @@ def start_spark_connect(workdir: Path, token: str) -> ConnectServer:
     log = workdir / "spark-connect.log"
     env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable}
-    for variable in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+    for variable in CONNECT_VARIABLES:
         env.pop(variable, None)
     with log.open("w") as out:
         process = subprocess.Popen([*command, "spark-internal"], stdout=out,

@@ -7,10 +7,7 @@ a standalone Sail server."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -19,7 +16,7 @@ from pipelines.demo.run import DEMO_TABLES
 from pipelines.gold.reports import REPORT_NAMES
 from pipelines.lake import Lake, read_delta
 from tests.connect_servers import start_sail, start_spark_connect
-from tests.demo_source import change_after_snapshot, seeded
+from tests.verbs import change_after_snapshot, lakehouse, seeded
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
@@ -37,16 +34,6 @@ def server(engine, tmp_path, token):
     server = start_spark_connect(workdir, token) if engine == "spark" else start_sail(workdir)
     yield server
     server.stop()
-
-
-def lakehouse(config, *args: str, env: dict[str, str] | None = None,
-              check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             *args], capture_output=True, text=True, timeout=600,
-                            env={**os.environ, **(env or {})})
-    if check:
-        assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
-    return result
 
 
 def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_path, server,

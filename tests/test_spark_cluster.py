@@ -9,8 +9,6 @@ The cluster runs beside whichever engine this pytest process uses: every Spark v
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -18,8 +16,8 @@ import yaml
 from pipelines.demo.run import DEMO_TABLES
 from pipelines.gold.reports import REPORT_NAMES
 from pipelines.lake import Lake, read_delta
-from tests.demo_source import change_after_snapshot, seeded
 from tests.standalone import StandaloneCluster
+from tests.verbs import change_after_snapshot, lakehouse, seeded
 
 pytestmark = [pytest.mark.postgres, pytest.mark.classic]
 
@@ -32,13 +30,6 @@ def cluster(tmp_path, s3):  # the store's credentials reach the workers' environ
         yield cluster.start()
     finally:
         cluster.stop()
-
-
-def lakehouse(config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             *args], capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
-    return result
 
 
 def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster, s3):
