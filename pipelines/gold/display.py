@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from decimal import Decimal
-from typing import Any, Iterable
+from typing import Iterable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -13,6 +11,7 @@ from pipelines.catalog import TableNames
 from pipelines.gold.io import GoldIO, TableGoldIO
 from pipelines.gold.reports import ReportSpec, select_reports
 from pipelines.lake import Lake
+from pipelines.terminal import format_table
 
 
 def format_report(df: DataFrame, limit: int = 10) -> str:
@@ -20,18 +19,7 @@ def format_report(df: DataFrame, limit: int = 10) -> str:
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     rows = df.limit(limit + 1).collect()
-    header = list(df.columns)
-    shown = [[_cell(value) for value in row] for row in rows[:limit]]
-    numeric = [bool(rows) and all(_is_number(row[i]) or row[i] is None for row in rows[:limit])
-               for i in range(len(header))]
-    widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, numeric)).rstrip()
-
-    out = [line(header), "  ".join("-" * w for w in widths)]
-    out += [line(cells) for cells in shown]
+    out = [format_table(df.columns, rows[:limit])]
     if not rows:
         out.append("(no rows)")
     elif len(rows) > limit:
@@ -63,15 +51,3 @@ def format_gold_reports(spark: SparkSession, lake: Lake,
         table = sorted_for_display(io.read_report(spark, spec.name), spec)
         blocks.append(f"{title}\n{format_report(table, limit)}")
     return "\n\n".join(blocks)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, (dt.date, dt.datetime)):
-        return value.isoformat()
-    return str(value)

@@ -61,9 +61,9 @@ def test_format_report(spark):
                                 (dt.date(2026, 3, 4), "x", D("0.0003"))],
                                "day date, project string, hours decimal(18,4)").orderBy("day")
     assert format_report(df, limit=2) == (
-        "day         project    hours\n"
-        "----------  -------  -------\n"
-        "2026-03-02  Website   3.0000\n"
-        "2026-03-03  NULL     12.5000\n"
+        "day        | project |   hours\n"
+        "-----------+---------+--------\n"
+        "2026-03-02 | Website |  3.0000\n"
+        "2026-03-03 | NULL    | 12.5000\n"
         "(first 2 rows)")
-    assert format_report(df.limit(0)) == "day  project  hours\n---  -------  -----\n(no rows)"
+    assert format_report(df.limit(0)) == "day | project | hours\n----+---------+------\n(no rows)"

@@ -50,9 +50,9 @@ def test_run_gold_writes_every_report_and_a_rerun_is_identical(
     shown = format_gold_reports(spark, layout, ["hours_per_user_per_week"], limit=2)
     assert shown.splitlines()[:4] == [
         "== hours_per_user_per_week: hours of finished time entries per user per ISO week (UTC)",
-        "iso_year  iso_week  week_start  user_id  email            full_name  entries   hours",
-        "--------  --------  ----------  -------  ---------------  ---------  -------  ------",
-        "    2027         1  2027-01-04        1  ana@example.com  Ana              1  1.0000",
+        "iso_year | iso_week | week_start | user_id | email           | full_name | entries |  hours",
+        "---------+----------+------------+---------+-----------------+-----------+---------+-------",
+        "    2027 |        1 | 2027-01-04 |       1 | ana@example.com | Ana       |       1 | 1.0000",
     ]
 
 

@@ -77,8 +77,8 @@ def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, sil
             for n in REPORT_NAMES} == before
     shown = format_gold_reports(spark, None, ["active_users_per_day"], limit=1,
                                 io=gold_io_for(config, spark))
-    assert shown.splitlines()[1:4] == ["day         active_users", "----------  ------------",
-                                       "2027-01-04             1"]
+    assert shown.splitlines()[1:4] == ["day        | active_users", "-----------+-------------",
+                                       "2027-01-04 |            1"]
 
 
 def test_missing_catalog_silver_tables_are_named_and_skipped(spark, make_silver_frame,
