@@ -107,6 +107,15 @@ class DatabricksConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus endpoint of the long-running verbs (pipelines/metrics.py); no port:
+    none. `--metrics-port` overrides the port."""
+
+    port: int | None = None  # 1-65535
+    address: str = "0.0.0.0"  # the interface to listen on; 127.0.0.1: this machine only
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything a pipeline command needs, validated."""
 
@@ -119,6 +128,7 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     connect: ConnectConfig = field(default_factory=ConnectConfig)
     databricks: DatabricksConfig = field(default_factory=DatabricksConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 def load_config(path: str | os.PathLike[str] | None = None,
@@ -196,6 +206,7 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
         connect=_connect(_mapping(top.get("connect", {}), "connect")),
         databricks=_section(DatabricksConfig, _mapping(top.get("databricks", {}), "databricks"),
                             "databricks"),
+        metrics=_section(MetricsConfig, _mapping(top.get("metrics", {}), "metrics"), "metrics"),
     )
 
 
@@ -272,6 +283,9 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             expected = "a positive number"
+        elif f.name == "port":
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+            expected = "a port number from 1 to 65535"
         elif f.name == "jars":
             ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
             expected = "a list of jar paths"

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -42,14 +43,20 @@ def slot_status(config: Config) -> SlotStatus:
                               landed_lsn(lake.bronze_changes, config.source.slot))
     known = (config.source.slot, lineage.generation.generation, lineage.problem)
     with connect(config.source.dsn) as conn:
-        row = conn.execute(
-            "SELECT active, confirmed_flush_lsn::text, "
-            "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
-            "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status "
-            "FROM pg_replication_slots WHERE slot_name = %s", (config.source.slot,)).fetchone()
+        row = query_slot(conn, config.source.slot)
     if row is None:
         return SlotStatus(known[0], False, generation=known[1], lineage_problem=known[2])
     return SlotStatus(known[0], True, *row, generation=known[1], lineage_problem=known[2])
+
+
+def query_slot(conn: psycopg.Connection, slot: str) -> tuple | None:
+    """The slot's row: active, confirmed_flush_lsn (text), lag bytes, retained WAL bytes,
+    wal_status; None when there is no such slot. Also read by the metrics endpoint."""
+    return conn.execute(
+        "SELECT active, confirmed_flush_lsn::text, "
+        "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
+        "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status "
+        "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
 
 
 @dataclass(frozen=True)
