@@ -48,21 +48,23 @@ def format_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     table = Table(box=box.ASCII, show_edge=False, pad_edge=False, header_style="",
                   highlight=False)
     for i, name in enumerate(columns):
-        numeric = bool(cells) and all(_is_number(row[i]) or row[i] is None for row in cells)
+        numeric = bool(cells) and all(is_number(row[i]) or row[i] is None for row in cells)
         table.add_column(Text(name), justify="right" if numeric else "left", no_wrap=True)
     for row in cells:
-        table.add_row(*(Text(_cell(value)) for value in row))  # Text: never read as markup
+        table.add_row(*(Text(cell_text(value)) for value in row))  # Text: never read as markup
     console = Console(file=io.StringIO(), width=_TABLE_WIDTH, color_system=None,
                       force_terminal=False, legacy_windows=False)
     console.print(table)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether a cell is a number (right-aligned in a table); a bool is not."""
     return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A cell as people read it: NULL, ISO 8601 times, else str()."""
     if value is None:
         return "NULL"
     if isinstance(value, (dt.date, dt.datetime)):
