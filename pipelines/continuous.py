@@ -20,7 +20,10 @@ from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import LakehouseError
+from pipelines.embedded_pg import free_port
 from pipelines.lake import Lake
+from pipelines.metrics import add_port_argument, serve, watch_ingest, with_ingest_child
+from pipelines.metrics_collectors import LakeCollector, SlotCollector
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 
@@ -103,19 +106,26 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
         "as bronze has new commits (at most once per silver.interval_seconds). Ctrl-C (or "
         "SIGTERM) stops the ingest cleanly, applies what it landed, and exits 0. Exits "
         "with the ingest's code if it fails.")
+    add_port_argument(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
     from pipelines.engine import get_spark
 
+    overrides = list(args.overrides)
+    child_port = free_port()  # the ingest's own endpoint, on loopback (pipelines/metrics.py)
+    if serve(config, args.metrics_port, SlotCollector(config), LakeCollector(config),
+             registry=with_ingest_child(child_port)):
+        overrides += [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
     spark = get_spark(config)
     # After the engine starts: the in-process Sail server stops itself on SIGINT unless
     # our handlers replace its own, and the last silver pass still needs it.
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    ingest = IngestProcess(args.config, args.overrides)
+    ingest = IngestProcess(args.config, overrides)
+    watch_ingest(lambda: ingest.running)
     try:
         return run_pipeline(config, ingest, spark, stop)
     except LakehouseError:

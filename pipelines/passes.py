@@ -14,6 +14,7 @@ import logging
 from typing import Callable, TypeVar
 
 from pipelines.errors import LakehouseError
+from pipelines.metrics import count_error
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class FailedPasses:
         except LakehouseError:
             raise
         except Exception:
+            count_error("unexpected")
             self.in_a_row += 1
             if self.in_a_row >= MAX_FAILED_PASSES:
                 raise

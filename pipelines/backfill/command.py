@@ -13,6 +13,7 @@ from pipelines.backfill.progress import ProgressDisplay, format_duration
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.collector import collect_rarely
 from pipelines.config import Config
+from pipelines.metrics import BACKFILL, add_port_argument, serve
 
 EXIT_INTERRUPTED = 130
 
@@ -39,10 +40,12 @@ def add_parser(verbs: Any) -> None:
                         "different (resyncs scheduled by `lakehouse recover` run without it)")
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="tables backfilled at the same time (default: backfill.parallel, 1)")
+    add_port_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    serve(config, args.metrics_port, BACKFILL)
     collect_rarely()
     options = BackfillOptions(
         tables=tuple(args.tables), restart=args.restart, resync=args.resync,

@@ -66,6 +66,7 @@ class PendingFile:
     rows: int
     first_index: int
     stats: dict  # Delta file statistics but commit_lsn's min and max (see _statistics)
+    nbytes: int  # the rows' size in Arrow (the metric of bytes landed)
 
     def finish(self, commit_lsn: int, commit_ts: int, ingested_at: int) -> AddAction:
         """Fill in the late columns (Unix microseconds for the times): the add action."""
@@ -111,7 +112,7 @@ def write_pending(directory: Path, records: pa.Table, first_index: int,
     ], schema=CHANGES_SCHEMA)
     path = directory / f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
     pq.write_table(table, path, row_group_size=max(rows, 1), **_PARQUET_OPTIONS)
-    return PendingFile(path, rows, first_index, _statistics(table))
+    return PendingFile(path, rows, first_index, _statistics(table), table.nbytes)
 
 
 def can_patch_in_place(directory: Path) -> bool:

@@ -44,6 +44,7 @@ from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 from pipelines import storage
 from pipelines.bronze.generations import Generation, first_generation
 from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
+from pipelines.metrics import LANDED_BYTES, LANDED_CHANGES
 
 log = logging.getLogger(__name__)
 
@@ -369,14 +370,19 @@ class BronzeWriter:
             self._table.create_write_transaction(actions, mode="append", schema=CHANGES_SCHEMA,
                                                  commit_properties=properties)
             self._table.update_incremental()  # unlike a write, this leaves the state behind
+            rows, nbytes = sum(f.rows for f in batch.files), sum(f.nbytes for f in batch.files)
         else:
             records = batch.records
             if isinstance(records, list):
                 records = record_batch(records)
+            changes = _changes_table(records, batch.spans, self.offset)
             write_deltalake(  # a DeltaTable, not its path: a write then updates its state
-                self._table, _changes_table(records, batch.spans, self.offset), mode="append",
+                self._table, changes, mode="append",
                 writer_properties=self.writer_properties, commit_properties=properties)
+            rows, nbytes = changes.num_rows, changes.nbytes
         self._durable = batch.progress
+        LANDED_CHANGES.inc(rows)
+        LANDED_BYTES.inc(nbytes)
 
 
 class _Span(NamedTuple):  # not a dataclass: one per transaction, so cheap to create

@@ -9,6 +9,8 @@ from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.ingest.lsn import format_lsn, parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
+from pipelines.metrics import add_port_argument, serve
+from pipelines.metrics_collectors import LakeCollector, SlotCollector
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
                         help="stop once nothing new arrived for SECONDS (batch and test use)")
     parser.add_argument("--until-lsn", type=_lsn, metavar="LSN",
                         help="stop once bronze holds every transaction up to LSN (e.g. 0/3000060)")
+    add_port_argument(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -34,6 +37,7 @@ def _lsn(text: str) -> int:
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
+    serve(config, args.metrics_port, SlotCollector(config), LakeCollector(config))
     collect_rarely()
     stop = StopRequested()
     stop.install_signal_handlers()

@@ -26,6 +26,7 @@ from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.ingest.wire import (XLOGDATA, XLOGDATA_HEADER_SIZE, decode_frame,
                                    xlogdata_positions)
 from pipelines.lake import Lake
+from pipelines.metrics import count_error
 from pipelines.source.lineage import LineageBroken, ensure_lineage
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ def _connect_and_stream(writer: BronzeWriter, assembler: ChangeAssembler, config
             if not ever_connected:
                 raise  # a wrong DSN should fail fast, not retry forever
             log.warning("reconnect failed (%s); retrying in %.0f s", exc, backoff)
+            count_error("source")
             if stop.event.wait(backoff):
                 return
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
@@ -129,6 +131,7 @@ def _connect_and_stream(writer: BronzeWriter, assembler: ChangeAssembler, config
             done = _stream(stream, writer, assembler, config, options, stop)
         except ConnectionLost as exc:
             log.warning("replication connection lost (%s); reconnecting", exc)
+            count_error("source")
             assembler.reset()
             continue
         finally:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Callable
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
+from pipelines.metrics import add_port_argument, serve
+from pipelines.metrics_collectors import LakeCollector, SlotCollector
 from pipelines.passes import FailedPasses
 
 if TYPE_CHECKING:  # the CLI imports every verb module: keep Spark out of its start-up
@@ -39,6 +41,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--rebuild", action="append", metavar="T", default=[],
                         help="replace this table's silver data with a rebuild from all of "
                         "bronze, e.g. after a type change (repeatable)")
+    add_port_argument(parser)  # with --continuous
     parser.set_defaults(handler=run_command)
 
 
@@ -49,6 +52,10 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
     if args.interval is not None and args.interval <= 0:
         raise ConfigError(f"--interval: got {args.interval}, expected a positive number "
                           "of seconds")
+    if args.continuous:  # a single run is over before anyone scrapes it
+        serve(config, args.metrics_port, SlotCollector(config), LakeCollector(config))
+    elif args.metrics_port is not None:
+        raise ConfigError("--metrics-port: only with --continuous")
     spark = get_spark(config)
     if not args.continuous:
         report = run_silver(config, spark, args.tables, args.rebuild)

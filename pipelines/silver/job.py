@@ -22,6 +22,7 @@ from pipelines.errors import DataError
 from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import TableLocation
+from pipelines.metrics import record_silver_run
 from pipelines.silver.apply import SilverContext, apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
@@ -46,6 +47,7 @@ class TableReport:
     columns_added: tuple[str, ...] = ()
     columns_widened: tuple[str, ...] = ()
     error: str | None = None
+    seconds: float = 0.0  # spent applying this table
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         upto = scan.upto
         if not scan.sliced:
             break
-    return SilverRunReport(upto, tuple(reports[name] for name in sorted(reports)),
-                           time.monotonic() - started)
+    report = SilverRunReport(upto, tuple(reports[name] for name in sorted(reports)),
+                             time.monotonic() - started)
+    record_silver_run(report)
+    return report
 
 
 def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
@@ -144,6 +148,7 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
         if not table.has_work:
             continue
         before = progress.of(name)
+        started = time.monotonic()
         try:
             if name in clashes:
                 raise DataError(clash_error(name, run.names, clashes[name]))
@@ -157,7 +162,8 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
         new_progress[name] = TableProgress(scan.upto, applied.floor)
         reports.append(TableReport(table.name, table.inserts, table.updates, table.deletes,
                                    table.truncate is not None, len(table.windows),
-                                   applied.columns_added, applied.columns_widened))
+                                   applied.columns_added, applied.columns_widened,
+                                   seconds=time.monotonic() - started))
     # A table with nothing new up to scan.upto moves up, unless an error stopped it or a
     # rebuild has not replaced it yet (an interrupted run must start that one over).
     for name in set(bounds) & set(progress.tables) - set(new_progress) - replaced:
@@ -188,7 +194,7 @@ def _combined(earlier: TableReport | None, later: TableReport) -> TableReport:
                        earlier.truncated or later.truncated, earlier.chunks + later.chunks,
                        earlier.columns_added + later.columns_added,
                        earlier.columns_widened + later.columns_widened,
-                       earlier.error or later.error)
+                       earlier.error or later.error, earlier.seconds + later.seconds)
 
 
 def clash_error(table: str, names: TableNames, others: Sequence[str]) -> str:

@@ -1,0 +1,254 @@
+"""Prometheus metrics of the long-running verbs (`ingest`, `backfill`, `silver --continuous`,
+`run`), served with prometheus_client when `--metrics-port` or `metrics.port` asks.
+
+What a process does itself it counts as it happens: changes landed in bronze, silver
+runs, backfill rows, errors. What holds whether or not anyone runs is read from its
+source of truth at each scrape (pipelines/metrics_collectors.py): the slot from
+Postgres, bronze's last commit and silver's progress from the lake. So slot lag keeps
+rising on the endpoint of `silver --continuous` while the ingest is down.
+
+`lakehouse run` serves one port. Its ingest is a child process, whose counters live
+there; the child serves them on a loopback port `run` picks, and `run`'s endpoint fetches
+them at each scrape and merges them into its own (`with_ingest_child`), next to
+`lakehouse_ingest_up`. Not prometheus_client's multiprocess mode: it must be switched on
+by an environment variable before the library is imported (the CLI imports it with the
+verbs, before it knows the verb), needs a directory whose stale files would be summed
+into the counters after a killed child, and has no callback gauges. The child is a plain
+`lakehouse ingest --metrics-port`, the same process an operator runs as a service.
+
+Metric names, types and labels are an interface dashboards and alerts depend on
+(docs/operations.md, Metrics): keep them stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+import psycopg
+from deltalake.exceptions import DeltaError
+from prometheus_client import (REGISTRY, CollectorRegistry, Counter, Gauge,
+                               disable_created_metrics, start_http_server)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+from pipelines.config import Config
+from pipelines.errors import ConfigError, DataError, SourceError, StorageError
+
+log = logging.getLogger(__name__)
+
+# A counter's `_created` series doubles every counter for little use, and `run`'s merge
+# would add the child's creation times to its own.
+disable_created_metrics()
+
+ERROR_KINDS = ("source", "storage", "data", "silver_table", "unexpected")
+
+LANDED_CHANGES = Counter(
+    "lakehouse_ingest_landed_changes", "Changes committed to bronze by the ingest.")
+LANDED_BYTES = Counter(
+    "lakehouse_ingest_landed_bytes", "Bytes of the bronze rows the ingest committed, as "
+    "Arrow holds them in memory (the ZSTD Parquet files are smaller).")
+ERRORS = Counter(
+    "lakehouse_errors", "Errors by kind: source (unreachable, replication connection "
+    "lost), storage (the lake), data (corrupt or untypeable input), silver_table (a silver "
+    "table a run could not apply), unexpected (a silver/gold pass that failed and is "
+    "retried).", ["kind"])
+for _kind in ERROR_KINDS:  # every kind exported from the start: rate() needs the zero
+    ERRORS.labels(_kind)
+SILVER_RUN_SECONDS = Gauge(
+    "lakehouse_silver_last_run_duration_seconds", "Seconds the last silver run that had "
+    "new bronze for the table spent applying it.", ["table"])
+SILVER_RUN_CHANGES = Gauge(
+    "lakehouse_silver_last_run_changes", "Bronze changes (inserts, updates, deletes) the "
+    "last silver run that had new bronze for the table applied.", ["table"])
+# What `run` takes from its ingest child: the counters the ingest keeps (family names).
+CHILD_FAMILIES = ("lakehouse_ingest_landed_changes", "lakehouse_ingest_landed_bytes",
+                  "lakehouse_errors")
+
+
+def count_error(kind: str) -> None:
+    ERRORS.labels(kind).inc()
+
+
+def error_kind(exc: BaseException) -> str:
+    """The `kind` label of an error that ended a piece of work."""
+    if isinstance(exc, (SourceError, psycopg.Error)):
+        return "source"
+    if isinstance(exc, DataError):
+        return "data"
+    if isinstance(exc, (StorageError, OSError, DeltaError)):
+        return "storage"
+    return "unexpected"
+
+
+def record_silver_run(report) -> None:
+    """A silver run's per-table figures (report: pipelines.silver.job.SilverRunReport)."""
+    for table in report.tables:
+        if table.error:
+            count_error("silver_table")
+            continue
+        SILVER_RUN_SECONDS.labels(table.table).set(table.seconds)
+        SILVER_RUN_CHANGES.labels(table.table).set(table.inserts + table.updates
+                                                   + table.deletes)
+
+
+# --- backfill progress --------------------------------------------------------------------
+
+
+def eta_seconds(done: int, estimate: int | None, rows_this_run: int,
+                elapsed: float) -> float | None:
+    """Seconds until `estimate` rows are done at this run's rate; None without an
+    estimate or before the run has a rate (the first chunk)."""
+    if not estimate or rows_this_run <= 0 or elapsed <= 0:
+        return None
+    return max(0, estimate - done) * elapsed / rows_this_run
+
+
+@dataclass
+class _TableBackfill:
+    estimate: int | None
+    rows_before: int  # done by earlier runs of the same backfill
+    started: float
+    rows: int = 0  # done by this run
+    finished: bool = False  # this run ended ...
+    complete: bool = False  # ... with the table done
+
+
+class BackfillMetrics(Collector):
+    """Rows done, the row estimate and the ETA per table, as the table jobs report them
+    (start, advance, finish: the calls that drive the progress display)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._tables: dict[str, _TableBackfill] = {}
+        self._lock = threading.Lock()  # table jobs run in parallel threads
+
+    def start(self, table: str, estimate: int | None, rows_before: int = 0) -> None:
+        with self._lock:
+            self._tables[table] = _TableBackfill(estimate, rows_before, self.clock())
+
+    def advance(self, table: str, rows: int) -> None:
+        with self._lock:
+            self._tables[table].rows += rows
+
+    def finish(self, table: str, done: bool) -> None:
+        """The table's run ended; `done`: the table is complete (ETA 0)."""
+        with self._lock:
+            self._tables[table].finished = True
+            self._tables[table].complete = done
+
+    def collect(self) -> Iterator[Metric]:
+        rows = GaugeMetricFamily("lakehouse_backfill_rows_done", "Rows of the table's "
+                                 "backfill done so far (all runs).", labels=["table"])
+        estimate = GaugeMetricFamily("lakehouse_backfill_rows_estimate", "Rows the table "
+                                     "had when its backfill started (pg_class.reltuples).",
+                                     labels=["table"])
+        eta = GaugeMetricFamily("lakehouse_backfill_eta_seconds", "Seconds until the "
+                                "backfill reaches the estimate at this run's rate; 0 when "
+                                "done, absent before the first chunk and after an "
+                                "interrupted run.", labels=["table"])
+        now = self.clock()
+        with self._lock:
+            for name, t in self._tables.items():
+                done = t.rows_before + t.rows
+                rows.add_metric([name], done)
+                if t.estimate:
+                    estimate.add_metric([name], t.estimate)
+                left = (0.0 if t.complete else None if t.finished
+                        else eta_seconds(done, t.estimate, t.rows, now - t.started))
+                if left is not None:
+                    eta.add_metric([name], left)
+        yield from (rows, estimate, eta)
+
+
+BACKFILL = BackfillMetrics()
+
+
+# --- the endpoint -------------------------------------------------------------------------
+
+
+def add_port_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=int, metavar="N",
+                        help="serve Prometheus metrics on http://HOST:N/metrics "
+                        "(default: metrics.port; none without either)")
+
+
+def serve(config: Config, port: int | None, *collectors: Collector,
+          registry: CollectorRegistry = REGISTRY) -> int | None:
+    """Start the endpoint on `port` (else metrics.port; neither: no endpoint) with these
+    collectors added; returns the port. A bad or busy port is a ConfigError (exit 2)."""
+    port = config.metrics.port if port is None else port
+    if port is None:
+        return None
+    if not 0 < port < 65536:
+        raise ConfigError(f"--metrics-port: got {port}, expected a port number from 1 to "
+                          "65535")
+    address = config.metrics.address
+    try:
+        start_http_server(port, addr=address, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"metrics port {port} on {address}: {exc.strerror} (another "
+                          "process listening there? choose another with --metrics-port "
+                          "or metrics.port)") from exc
+    for collector in collectors:
+        REGISTRY.register(collector)
+    host = socket.gethostname() if address in ("0.0.0.0", "::") else address
+    log.info("metrics: http://%s:%d/metrics", host, port)
+    return port
+
+
+def watch_ingest(running: Callable[[], bool]) -> None:
+    """`lakehouse_ingest_up`, for `run`: only it knows whether its ingest runs."""
+    Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` runs, "
+          "else 0.").set_function(lambda: 1 if running() else 0)
+
+
+def with_ingest_child(child_port: int) -> CollectorRegistry:
+    """A registry of this process's metrics plus the ingest child's, fetched from its
+    loopback endpoint at each scrape (see the module docstring)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_WithChild(f"http://127.0.0.1:{child_port}/metrics"))
+    return registry
+
+
+class _WithChild(Collector):
+    """REGISTRY's families, with the child's samples of CHILD_FAMILIES added in."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def collect(self) -> Iterator[Metric]:
+        child = {family.name: family for family in self._child()
+                 if family.name in CHILD_FAMILIES}
+        for family in REGISTRY.collect():
+            if family.name in child:
+                family.samples = merge_samples(family.samples, child[family.name].samples)
+            yield family
+
+    def _child(self) -> Iterable[Metric]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as response:
+                text = response.read().decode()
+        except OSError:  # starting, or gone: lakehouse_ingest_up says which
+            return []
+        return text_string_to_metric_families(text)
+
+
+def merge_samples(ours: list[Sample], theirs: list[Sample]) -> list[Sample]:
+    """Samples of one counter from two processes: the same series summed."""
+    totals: dict[tuple, Sample] = {}
+    for sample in [*ours, *theirs]:
+        key = (sample.name, tuple(sorted(sample.labels.items())))
+        before = totals.get(key)
+        totals[key] = sample if before is None else before._replace(
+            value=before.value + sample.value)
+    return list(totals.values())
