@@ -196,11 +196,13 @@ class TableBackfill:
             if progress is not None:
                 BACKFILL.finish(self.table, done=False)
                 self._mark_failed(progress, str(error))
+                self.display.finish(self.table, FAILED)
             return TableResult(self.table, FAILED, progress and progress.state.backfill_id,
                                seconds=time.monotonic() - started, error=error)
         except BaseException as exc:
             if progress is not None:
                 self._mark_failed(progress, f"{type(exc).__name__}: {exc}")
+                self.display.finish(self.table, FAILED)
             raise
 
     def _lock_table(self, conn: psycopg.Connection) -> None:

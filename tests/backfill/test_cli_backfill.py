@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import psycopg
 import pytest
 
-from pipelines.backfill.progress import ProgressDisplay
 from tests.backfill.conftest import (cli, make_config, setup_source, snapshot_rows, states,
                                      write_config_file)
 
@@ -106,24 +104,3 @@ def test_backfill_before_setup_exits_3(source_dsn, lake, tmp_path):
     result = cli(config_file, "backfill")
     assert result.returncode == 3
     assert "run lakehouse setup" in result.stderr
-
-
-def test_progress_redraws_on_a_terminal_and_logs_otherwise(caplog):
-    terminal = io.StringIO()
-    display = ProgressDisplay(terminal, tty=True, redraw_seconds=0)
-    display.start("public.users", 1000)
-    display.advance("public.users", 250)
-    display.start("public.notes", None)
-    display.finish("public.users", "done")
-    out = terminal.getvalue()
-    assert "\x1b[1A\x1b[2K" in out  # moved up to redraw the block
-    assert "public.users  250 / ~1,000 rows  25%" in out and "ETA" in out
-    assert "public.notes  0 rows" in out and "done in" in out
-
-    caplog.set_level("INFO")
-    quiet = io.StringIO()
-    logged = ProgressDisplay(quiet, tty=False, log_seconds=0)
-    logged.start("public.users", 10)
-    logged.advance("public.users", 5)
-    assert quiet.getvalue() == ""
-    assert any("public.users  5 / ~10 rows  50%" in r.getMessage() for r in caplog.records)
