@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.verify_command",
     "pipelines.recover",
     "pipelines.continuous",
+    "pipelines.sql.command",
 )
 
 DESCRIPTION = f"""\

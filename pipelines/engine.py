@@ -14,6 +14,8 @@ import logging
 import os
 import sys
 import tempfile
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -25,29 +27,36 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pipelines.config import Config
+    from pipelines.lake import Lake
 
 log = logging.getLogger(__name__)
 
 SHUFFLE_PARTITIONS = "4"
 
 
-def get_spark(config: "Config") -> "SparkSession":
+def get_spark(config: "Config", endpoint: "Endpoint | None" = None) -> "SparkSession":
     """The session for `config.engine`, set up to reach the lake wherever it lives
-    (pipelines.storage). Its warehouse dir is <lake>/_warehouse on a local lake, else
-    one in the temp directory: the session catalog holds only external tables, and a
-    relative default would put a directory wherever the job happens to run."""
+    (pipelines.storage), and serving Spark Connect at `endpoint` if given (local and
+    spark only: serve_session). Its warehouse dir is <lake>/_warehouse on a local lake,
+    else one in the temp directory: the session catalog holds only external tables, and
+    a relative default would put a directory wherever the job happens to run."""
     from pipelines.lake import Lake
 
     check_engine(config.engine)
     lake = Lake.from_config(config)
-    warehouse = (lake.uri("_warehouse") if lake.is_local
-                 else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))
+    warehouse = _warehouse(lake)
     options = dict(lake.options)
     if config.engine == "local":
         os.environ.update(storage.sail_environment(lake.store, options))
+        if endpoint is not None:
+            return start_local_session(warehouse, endpoint.port, endpoint.session_id)
         return start_local_session(warehouse)
     if config.engine == "spark":
         conf = {**storage.hadoop_conf(lake.store, options, os.environ), **config.spark.conf}
+        if endpoint is not None:
+            conf.update({"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+                         "spark.connect.grpc.binding.address": "127.0.0.1",
+                         "spark.connect.grpc.binding.port": str(endpoint.port)})
         return start_classic_session(warehouse, config.spark.master, config.spark.jars, conf,
                                      packages=storage.spark_packages(lake.store))
     if config.engine == "connect":
@@ -58,16 +67,24 @@ def get_spark(config: "Config") -> "SparkSession":
                       "databricks")
 
 
-def start_local_session(warehouse: str | Path) -> "SparkSession":
-    """Start Sail in-process on an ephemeral loopback port and connect to it. Sail reads
-    an object store's settings and credentials from this process's environment."""
+def _warehouse(lake: "Lake") -> str:
+    return (lake.uri("_warehouse") if lake.is_local
+            else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))
+
+
+def start_local_session(warehouse: str | Path, port: int = 0,
+                        session_id: str | None = None) -> "SparkSession":
+    """Start Sail in-process on a loopback port (ephemeral unless `port`) and connect to
+    it, in session `session_id` if given. Sail reads an object store's settings and
+    credentials from this process's environment."""
     from pysail.spark import SparkConnectServer
     from pyspark.sql import SparkSession
 
-    server = SparkConnectServer("127.0.0.1", 0)
+    server = SparkConnectServer("127.0.0.1", port)
     server.start(background=True)
     host, port = server.listening_address
-    spark = (SparkSession.builder.remote(f"sc://{host}:{port}")
+    url = f"sc://{host}:{port}" + (f"/;session_id={session_id}" if session_id else "")
+    spark = (SparkSession.builder.remote(url)
              .config("spark.sql.warehouse.dir", str(warehouse))
              .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
              .config("spark.sql.session.timeZone", "UTC")
@@ -143,6 +160,33 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
         ) from exc
     log.info("spark engine: classic Spark %s (master %s) with Delta Lake", spark.version, master)
     return spark
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A Spark Connect endpoint this process serves on localhost (`lakehouse sql --serve`).
+
+    Sail's catalog belongs to a session, so clients attach to the one session this
+    process registers the tables in, named in the URL; classic Spark's catalog is shared
+    by every session of its driver, which serves Connect through Spark's own plugin.
+    """
+
+    port: int
+    session_id: str | None = None  # Sail: the session clients share
+
+    @property
+    def url(self) -> str:
+        session = f"/;session_id={self.session_id}" if self.session_id else ""
+        return f"sc://127.0.0.1:{self.port}{session}"
+
+
+def serve_session(config: "Config", port: int) -> tuple["SparkSession", Endpoint]:
+    """A session behind a Spark Connect endpoint on localhost:`port`, and the endpoint."""
+    if config.engine not in ("local", "spark"):
+        raise ConfigError(f"`lakehouse sql --serve` opens an endpoint for engines local and "
+                          f"spark; engine {config.engine} has its own: attach to that")
+    endpoint = Endpoint(port, str(uuid.uuid4()) if config.engine == "local" else None)
+    return get_spark(config, endpoint), endpoint
 
 
 def connect_session(url: str = "", conf: Mapping[str, str] | None = None) -> "SparkSession":

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# Wide enough that no real table is ever wrapped or cropped: a table's text depends only
-# on its cells, never on the width of the terminal it happens to be printed on.
+# Wide enough that no real table or line is ever wrapped or cropped: its text depends only
+# on its content, never on the width of the terminal it happens to be printed on.
 _TABLE_WIDTH = 1_000_000
 
 
@@ -32,8 +32,12 @@ def stderr_console() -> Console:
 
 @cache
 def stdout_console() -> Console:
-    """The console for a command's intended output (resolves sys.stdout at each write)."""
-    return Console()
+    """The console for a command's intended output (resolves sys.stdout at each write).
+    Off a terminal it never wraps: what a job or a test captures has no terminal width."""
+    console = Console(emoji=False)  # a value like ":x:" stays as it is
+    if not console.is_terminal:
+        console.width = _TABLE_WIDTH
+    return console
 
 
 def format_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

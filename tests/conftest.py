@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -100,19 +101,26 @@ def pg_server(postgres_version: int) -> Iterator[EmbeddedPostgres]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def source_dsn(pg_server: EmbeddedPostgres) -> Iterator[str]:
-    """A fresh database per test; its replication slots are dropped afterwards."""
+@contextmanager
+def fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
+    """A new database on `server`; it and its replication slots are dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield pg_server.dsn(name)
-    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+    yield server.dsn(name)
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                      "WHERE database = %s AND active_pid IS NOT NULL", (name,))
         conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                      "WHERE database = %s", (name,))
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def source_dsn(pg_server: EmbeddedPostgres) -> Iterator[str]:
+    """A fresh database per test."""
+    with fresh_database(pg_server) as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="session")

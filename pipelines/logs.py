@@ -1,0 +1,72 @@
+"""The process's log output: for a person at a terminal, a log file, or a log shipper.
+
+`text` is rich's handler on an interactive terminal (it shares the stderr console with
+the backfill's progress bars, so a record prints above live bars instead of through
+them) and the plain line `HH:MM:SS LEVEL logger: message` elsewhere; `json` is one object
+per line for jobs whose logs are shipped. Every handler redacts the environment's
+credentials. The engines' own logs are kept to warnings unless -v.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pythonjsonlogger.json import JsonFormatter
+from rich.logging import RichHandler
+
+from pipelines.storage import RedactSecrets
+from pipelines.terminal import stderr_console
+
+LOG_FORMATS = ("text", "json")
+LOG_FORMAT_ENV = "LAKEHOUSE_LOG_FORMAT"  # --log-format's default; children inherit it
+PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+# Sail's warnings, less the one its actor system logs at every normal shutdown
+# ("aborting N task(s) for SessionManagerActor").
+SAIL_QUIET = "warn,sail_common::actor=error"
+# Spark Connect, gRPC and py4j chatter is noise to a pipeline operator.
+NOISY_LOGGERS = ("py4j", "pyspark", "grpc", "urllib3")
+
+
+def configure_logging(verbose: bool = False, quiet: bool = False,
+                      log_format: str = "text") -> None:
+    """Root logging at INFO (-q WARNING, -v DEBUG) in `log_format`. A process whose
+    logging is set up already (a test runner, a notebook) keeps its handlers."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format: got {log_format!r}, expected one of {LOG_FORMATS}")
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, handlers=[_handler(log_format)])
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())
+    quiet_engines(verbose)
+
+
+def quiet_engines(verbose: bool) -> None:
+    """Engine logs at WARNING unless `verbose`.
+
+    The embedded Sail server logs through Rust's env_logger, which reads RUST_LOG once,
+    when the process's first server starts (its default is info); a RUST_LOG the user
+    set wins. Children (the ingest of `run` and of the demo) inherit it.
+    """
+    os.environ.setdefault("RUST_LOG", "info" if verbose else SAIL_QUIET)
+    if not verbose:
+        for noisy in NOISY_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _handler(log_format: str) -> logging.Handler:
+    if log_format == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter(
+            "{levelname}{name}{message}", style="{", timestamp="time",
+            rename_fields={"levelname": "level", "name": "logger", "exc_info": "exception"}))
+        return handler
+    console = stderr_console()
+    if console.is_interactive:
+        handler = RichHandler(console=console, show_path=False, log_time_format="%H:%M:%S",
+                              rich_tracebacks=True)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        return handler
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(PLAIN_FORMAT, datefmt="%H:%M:%S"))
+    return handler

@@ -1,0 +1,168 @@
+"""`lakehouse sql`: one query on the configured engine, or a Spark Connect endpoint
+serving the lake's tables to notebooks and other clients (docs/sql.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.errors import ConfigError, LakehouseError
+from pipelines.sql.output import FORMATS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.config import Config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 15002  # Spark Connect's own default
+REFRESH_SECONDS = 30.0  # a served session registers new tables this often
+
+
+def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = verbs.add_parser(
+        "sql", help="query silver and gold with Spark SQL, or serve them to Spark Connect",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one Spark SQL query on the configured engine and print its result.\n"
+        "Every silver and gold table of the lake is there by the name analysts use on\n"
+        "Databricks, less the catalog: <databricks.silver_schema>.<table> and\n"
+        "<databricks.gold_schema>.<report> (by default lakehouse_silver.users,\n"
+        "lakehouse_gold.hours_per_project_per_day); a source table outside schema public\n"
+        "is <schema>_<table>. With engine databricks, use the three-part names.\n"
+        "A query the engine rejects is printed with the engine's message (exit 2).\n\n"
+        "examples:\n"
+        "  lakehouse sql \"SELECT count(*) FROM lakehouse_silver.users\"\n"
+        "  lakehouse sql -f report.sql --format csv > report.csv\n"
+        "  echo 'SHOW TABLES IN lakehouse_gold' | lakehouse sql\n"
+        "  lakehouse sql --serve   # then SparkSession.builder.remote(URL) in a notebook")
+    parser.add_argument("query", nargs="?",
+                        help="the query (default: -f FILE, else standard input)")
+    parser.add_argument("-f", "--file", type=Path, metavar="FILE",
+                        help="read the query from FILE")
+    parser.add_argument("--format", choices=tuple(FORMATS), default="table",
+                        help="table: aligned, for people; csv, json (an array of objects) or "
+                        "markdown, for tools and documents (default: %(default)s)")
+    parser.add_argument("--serve", action="store_true",
+                        help="instead of a query: open a Spark Connect endpoint on localhost "
+                        "with the tables registered, print its URL and serve until Ctrl-C "
+                        "(engines local and spark)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="the endpoint's port with --serve (default: %(default)s)")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace, config: "Config") -> int:
+    if args.serve:
+        if args.query or args.file:
+            raise ConfigError("--serve takes no query")
+        return serve(config, args.port)
+    text = query_text(args.query, args.file)
+    from pipelines.engine import get_spark
+
+    spark = get_spark(config)
+    if config.engine != "databricks":  # Unity Catalog has them under their full names
+        register_lake_tables(spark, config)
+    columns, rows = run_query(spark, text)
+    if columns:  # a statement without a result (SET, CREATE VIEW) prints nothing
+        sys.stdout.write(FORMATS[args.format](columns, rows))
+    return 0
+
+
+def query_text(query: str | None, file: Path | None) -> str:
+    """The query from the argument, the file or standard input, without a final `;`."""
+    if query is not None and file is not None:
+        raise ConfigError("give the query as an argument or with -f FILE, not both")
+    if file is not None:
+        try:
+            text = file.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the query file {file}: {exc.strerror}") from exc
+    elif query is not None:
+        text = query
+    elif sys.stdin.isatty():
+        raise ConfigError("no query: give one as an argument, with -f FILE or on stdin")
+    else:
+        text = sys.stdin.read()
+    text = text.strip().rstrip(";").strip()
+    if not text:
+        raise ConfigError("the query is empty")
+    return text
+
+
+def run_query(spark: "SparkSession", text: str) -> tuple[list[str], list[tuple]]:
+    """The query's column names and rows; the engine's message as a ConfigError."""
+    from pyspark.errors import PySparkException
+
+    try:
+        df = spark.sql(text)
+        return list(df.columns), [tuple(row) for row in df.collect()]
+    except PySparkException as exc:
+        raise ConfigError(f"the query failed: {engine_message(exc)}") from exc
+
+
+def engine_message(exc: Exception) -> str:
+    """The engine's own explanation, without the plan or JVM stack trace after it."""
+    lines = []
+    for line in str(exc).strip().splitlines():
+        if not line.strip() or line.startswith(("JVM stacktrace", "'", "+-", ":")):
+            break
+        lines.append(line)
+    return "\n".join(lines[:10]) or type(exc).__name__
+
+
+def register_lake_tables(spark: "SparkSession", config: "Config") -> list:
+    """The lake's silver and gold tables under analysts' names in `spark`'s catalog."""
+    from pipelines.sql.tables import lake_tables, register
+
+    return register(spark, lake_tables(config))
+
+
+def serve(config: "Config", port: int) -> int:
+    """Serve the tables on a Spark Connect endpoint until SIGINT or SIGTERM; the lake is
+    listed again every REFRESH_SECONDS, so reports and tables built later appear too
+    (and Sail's idle timeout never ends the shared session)."""
+    from pyspark.errors import PySparkException
+
+    from pipelines.engine import serve_session
+
+    check_port_free(port)
+    spark, endpoint = serve_session(config, port)
+    tables = register_lake_tables(spark, config)
+    # After the engine starts: the in-process Sail server stops itself on SIGINT unless
+    # these handlers replace its own.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"Spark Connect endpoint: {endpoint.url}")
+    print(f"tables: {', '.join(t.name for t in tables) or '(none yet: run lakehouse silver)'}")
+    print("attach: SparkSession.builder.remote(URL).getOrCreate(); Ctrl-C stops serving",
+          flush=True)
+    while not stop.wait(REFRESH_SECONDS):
+        try:
+            for table in register_lake_tables(spark, config):
+                log.info("serving %s", table.name)
+        except PySparkException as exc:
+            raise LakehouseError(
+                f"the served session ended: {engine_message(exc)}. A client that calls "
+                "spark.stop() on a shared Sail session ends it for every client (docs/"
+                "sql.md); restart `lakehouse sql --serve`") from exc
+    return 0
+
+
+def check_port_free(port: int) -> None:
+    """A clear error before any engine starts, rather than each engine's own."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port: got {port}, expected 1 to 65535")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError(f"--port {port}: cannot listen there ({exc.strerror}); "
+                              "choose another with --port") from exc

@@ -1,0 +1,70 @@
+"""The lake's silver and gold tables under analysts' names, registered in a Spark session.
+
+On Databricks silver and gold are Unity Catalog tables already: `<catalog>.<schema>.<name>`.
+Elsewhere they are Delta tables under the lake, and this module gives each the same name
+less the catalog (pipelines.catalog's rule: `lakehouse_silver.users`,
+`lakehouse_gold.hours_per_project_per_day`) as an external table of the session catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pipelines.catalog import CatalogSchemas, TableNames, qualified, readable
+from pipelines.lake import Lake, TableLocation
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AnalystTable:
+    """One table as analysts name it, and where its Delta table is."""
+
+    parts: tuple[str, ...]  # schema, name
+    location: TableLocation
+
+    @property
+    def name(self) -> str:
+        return readable(self.parts)
+
+
+def lake_tables(config: "Config") -> list[AnalystTable]:
+    """Every silver and gold table the lake holds now, by its analysts' name."""
+    lake = Lake.from_config(config)
+    db = config.databricks
+    names = TableNames(lake, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema))
+    tables = [AnalystTable(names.silver(schema, table).parts[1:], lake.silver(schema, table))
+              for schema in lake.children("silver")
+              for table in lake.delta_tables("silver", schema)]
+    tables += [AnalystTable(names.gold(report).parts[1:], lake.gold(report))
+               for report in lake.delta_tables("gold")]
+    return tables
+
+
+def register(spark: "SparkSession", tables: list[AnalystTable]) -> list[AnalystTable]:
+    """Create each table's schema and external table in the session catalog where
+    missing; returns the tables it added (the catalog may hold them already: a served
+    session's catalog lives on)."""
+    known: dict[tuple[str, ...], set[str]] = {}
+    added = []
+    for table in tables:
+        schema, name = table.parts[:-1], table.parts[-1]
+        if schema not in known:
+            spark.sql(f"CREATE SCHEMA IF NOT EXISTS {qualified(schema)}")
+            known[schema] = {row.tableName for row in
+                             spark.sql(f"SHOW TABLES IN {qualified(schema)}").collect()}
+        if name in known[schema]:
+            continue
+        uri = table.location.uri.replace("'", "\\'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(table.parts)} USING delta "
+                  f"LOCATION '{uri}'")
+        added.append(table)
+    log.debug("registered %d table(s): %s", len(added), ", ".join(t.name for t in added))
+    return added

@@ -1,0 +1,212 @@
+"""`lakehouse sql`: the lake's silver and gold tables by analysts' names on the configured
+engine, each output format byte for byte, the engine's message for a bad query, and a
+Spark Connect endpoint that a separate client process queries."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from pipelines.demo.run import DEMO_TABLES
+from pipelines.embedded_pg import free_port
+from pipelines.errors import ConfigError
+from pipelines.lake import Lake, read_delta
+from pipelines.sql.command import engine_message, query_text
+from pipelines.sql.output import as_csv, as_json, as_markdown, as_table
+from tests.conftest import fresh_database
+from tests.engines import CLASSIC_TEST_CONF
+from tests.verbs import change_after_snapshot, lakehouse, seeded
+
+COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]
+ROWS = [
+    (1, "Ada", Decimal("12.5000"), 0.25, dt.date(2026, 1, 5),
+     dt.datetime(2026, 1, 5, 9, 30), None),
+    (22, 'say "hi", | bye', Decimal("-3.0000"), None, None, None, True),
+]
+
+
+def test_the_table_format_is_aligned_with_numbers_right_and_a_row_count():
+    assert as_table(COLUMNS, ROWS) == (
+        "id | name            |   hours | ratio | day        | at                  | note\n"
+        "---+-----------------+---------+-------+------------+---------------------+-----\n"
+        " 1 | Ada             | 12.5000 |  0.25 | 2026-01-05 | 2026-01-05T09:30:00 | NULL\n"
+        "22 | say \"hi\", | bye | -3.0000 |  NULL | NULL       | NULL                | True\n"
+        "(2 rows)\n")
+
+
+def test_csv_quotes_what_needs_it_and_leaves_null_empty():
+    assert as_csv(COLUMNS, ROWS) == (
+        "id,name,hours,ratio,day,at,note\n"
+        "1,Ada,12.5000,0.25,2026-01-05,2026-01-05T09:30:00,\n"
+        '22,"say ""hi"", | bye",-3.0000,,,,True\n')
+
+
+def test_json_keeps_numbers_and_every_decimal_digit():
+    text = as_json(COLUMNS, ROWS)
+    assert text == (
+        '[{"id":1,"name":"Ada","hours":12.5000,"ratio":0.25,"day":"2026-01-05",'
+        '"at":"2026-01-05T09:30:00","note":null},\n'
+        '{"id":22,"name":"say \\"hi\\", | bye","hours":-3.0000,"ratio":null,"day":null,'
+        '"at":null,"note":true}]\n')
+    assert json.loads(text, parse_float=Decimal)[0]["hours"] == Decimal("12.5000")
+    assert as_json(COLUMNS, []) == "[]\n"
+
+
+def test_markdown_escapes_pipes_and_right_aligns_numeric_columns():
+    assert as_markdown(COLUMNS, ROWS) == (
+        "| id | name | hours | ratio | day | at | note |\n"
+        "|---:|---|---:|---:|---|---|---|\n"
+        "| 1 | Ada | 12.5000 | 0.25 | 2026-01-05 | 2026-01-05T09:30:00 | NULL |\n"
+        '| 22 | say "hi", \\| bye | -3.0000 | NULL | NULL | NULL | True |\n')
+
+
+def test_the_query_comes_from_the_argument_a_file_or_stdin(tmp_path, monkeypatch):
+    assert query_text("SELECT 1;\n", None) == "SELECT 1"
+    file = tmp_path / "q.sql"
+    file.write_text("-- weekly\nSELECT 2 ;  \n")
+    assert query_text(None, file) == "-- weekly\nSELECT 2"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT 3"))
+    assert query_text(None, None) == "SELECT 3"
+    for query, path, message in (("SELECT 1", file, "not both"), (" ; ", None, "empty"),
+                                 (None, tmp_path / "missing.sql", "cannot read")):
+        with pytest.raises(ConfigError, match=message):
+            query_text(query, path)
+
+
+def test_the_engine_message_stops_before_the_plan_and_the_jvm_stack():
+    error = Exception("[UNRESOLVED_COLUMN] `nope` cannot be resolved.; line 1 pos 7;\n"
+                      "'Project ['nope]\n+- 'UnresolvedRelation [users]\n\n"
+                      "JVM stacktrace:\norg.apache.spark...")
+    assert engine_message(error) == "[UNRESOLVED_COLUMN] `nope` cannot be resolved.; line 1 pos 7;"
+
+
+# --- on a lake built by the pipeline's verbs ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(pg_server, tmp_path_factory):
+    """A lake with the demo's silver tables and gold reports (built on Sail, which is
+    faster; the engine under test only reads it), and its source database."""
+    workdir = tmp_path_factory.mktemp("sql")
+    with fresh_database(pg_server) as dsn:
+        seeded(dsn)
+        config = workdir / "build.yml"
+        config.write_text(yaml.safe_dump({
+            "source": {"dsn": dsn, "tables": DEMO_TABLES},
+            "lake": {"path": str(workdir / "lake")}, "engine": "local"}))
+        for verb in (["setup"], ["backfill"]):
+            lakehouse(config, *verb)
+        change_after_snapshot(dsn)
+        for verb in (["ingest", "--until-idle", "2"], ["silver"], ["gold"]):
+            lakehouse(config, *verb)
+        yield dsn, workdir
+
+
+@pytest.fixture
+def sql_config(built, config_engine: str) -> Path:
+    """The lake's config for the engine under test."""
+    dsn, workdir = built
+    config = workdir / f"{config_engine}.yml"
+    settings = {"source": {"dsn": dsn}, "lake": {"path": str(workdir / "lake")},
+                "engine": config_engine}
+    if config_engine == "spark":
+        settings["spark"] = {"conf": CLASSIC_TEST_CONF}
+    config.write_text(yaml.safe_dump(settings))
+    return config
+
+
+ENTRIES_PER_USER = ("SELECT u.email, count(*) AS entries FROM {users} u JOIN {entries} t "
+                    "ON t.user_id = u.id GROUP BY u.email ORDER BY u.email")
+WEEKS_WITH_NAMES = (
+    "SELECT g.iso_year, g.iso_week, g.user_id, u.full_name, g.hours "
+    "FROM lakehouse_gold.hours_per_user_per_week g "
+    "JOIN lakehouse_silver.users u ON u.id = g.user_id ORDER BY 1, 2, 3")
+
+
+@pytest.mark.spark
+def test_silver_and_gold_join_by_the_names_analysts_use(sql_config, built, tmp_path):
+    dsn, workdir = built
+    joined = lakehouse(sql_config, "-q", "sql", "--format", "csv", ENTRIES_PER_USER.format(
+        users="lakehouse_silver.users", entries="lakehouse_silver.time_entries"))
+    query = tmp_path / "weeks.sql"
+    query.write_text(WEEKS_WITH_NAMES + ";\n")
+    weeks = lakehouse(sql_config, "-q", "sql", "--format", "json", "-f", str(query))
+
+    with psycopg.connect(dsn) as conn:
+        source = conn.execute(ENTRIES_PER_USER.format(users="users", entries="time_entries"))
+        expected = io.StringIO()
+        csv.writer(expected, lineterminator="\n").writerows(
+            [["email", "entries"], *source.fetchall()])
+        names = dict(conn.execute("SELECT id, full_name FROM users").fetchall())
+    assert joined.stdout == expected.getvalue()
+    gold = read_delta(Lake.of(str(workdir / "lake")).gold("hours_per_user_per_week"))
+    assert gold.num_rows > 0
+    assert json.loads(weeks.stdout, parse_float=Decimal) == sorted(
+        ({"iso_year": r["iso_year"], "iso_week": r["iso_week"], "user_id": r["user_id"],
+          "full_name": names[r["user_id"]], "hours": r["hours"]} for r in gold.to_pylist()),
+        key=lambda r: (r["iso_year"], r["iso_week"], r["user_id"]))
+
+
+@pytest.mark.spark
+def test_a_bad_query_gets_the_engines_message_and_exit_2(sql_config):
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "--config", str(sql_config), "-q", "sql"],
+        input="SELECT nope FROM lakehouse_silver.users\n", capture_output=True, text=True,
+        timeout=300)
+
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "lakehouse sql: error: the query failed:" in result.stderr
+    assert "nope" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+CLIENT = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+for table in sys.argv[2:]:
+    print(spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0])
+"""
+
+
+@pytest.mark.spark
+def test_serve_gives_spark_connect_clients_the_tables(sql_config, built):
+    workdir = built[1]
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "--config", str(sql_config), "-q", "sql",
+         "--serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 300
+        while not any(line.startswith("attach") for line in lines):
+            assert time.monotonic() < deadline and server.poll() is None, server.stderr.read()
+            lines.append(server.stdout.readline())
+        url = lines[0].removeprefix("Spark Connect endpoint: ").strip()
+        assert url.startswith(f"sc://127.0.0.1:{port}")
+        assert "lakehouse_gold.hours_per_project_per_day" in lines[1]
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT, url, "lakehouse_silver.users",
+             "lakehouse_gold.hours_per_project_per_day"],
+            capture_output=True, text=True, timeout=300)
+        assert client.returncode == 0, client.stderr[-3000:]
+        lake = Lake.of(str(workdir / "lake"))
+        assert client.stdout.split() == [
+            str(read_delta(lake.silver("public", "users")).num_rows),
+            str(read_delta(lake.gold("hours_per_project_per_day")).num_rows)]
+    finally:
+        server.send_signal(2)  # Ctrl-C
+        code = server.wait(120)
+    assert code == 0
