@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -20,7 +21,8 @@ from obstore.exceptions import BaseError as ObstoreError
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.errors import ConfigError, LakehouseError, SourceError, StorageError
 from pipelines.extras import install_hint
-from pipelines.storage import RedactSecrets, redact
+from pipelines.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging
+from pipelines.storage import redact
 
 log = logging.getLogger("lakehouse")
 
@@ -34,7 +36,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.verify_command",
     "pipelines.recover",
     "pipelines.continuous",
-    "pipelines.sql.command",
 )
 
 DESCRIPTION = f"""\
@@ -61,8 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one config setting, e.g. --set lake.path=/Volumes/x "
                         "(repeatable; used by the Databricks jobs to pass bundle variables)")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="debug log output, including Spark Connect and gRPC")
+                        help="debug log output, including the engine's own (Sail, Spark "
+                        "Connect, gRPC)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    parser.add_argument("--log-format", choices=LOG_FORMATS,
+                        default=os.environ.get(LOG_FORMAT_ENV) or "text",
+                        help="text (rich on a terminal, plain lines elsewhere) or json (one "
+                        f"object per line, for shipped logs) (default: ${LOG_FORMAT_ENV} or "
+                        "%(default)s)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     setup = verbs.add_parser(
@@ -150,8 +157,12 @@ def _demo(args: argparse.Namespace, config: None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.verbose, args.quiet)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.log_format not in LOG_FORMATS:  # argparse checks a flag's value, not its default
+        parser.error(f"${LOG_FORMAT_ENV}: got {args.log_format!r}, expected text or json")
+    configure_logging(args.verbose, args.quiet, args.log_format)
+    os.environ[LOG_FORMAT_ENV] = args.log_format  # child processes log the same way
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     config = None
     try:
@@ -183,17 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lakehouse {args.verb}: interrupted", file=sys.stderr)
         return 130
-
-
-def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactSecrets())
-    if not verbose:  # Spark Connect and gRPC chatter is noise to a pipeline operator
-        for noisy in ("py4j", "pyspark", "grpc", "urllib3"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 if __name__ == "__main__":
