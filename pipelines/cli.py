@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.verify_command",
     "pipelines.recover",
     "pipelines.continuous",
+    "pipelines.sql.command",
 )
 
 DESCRIPTION = f"""\
