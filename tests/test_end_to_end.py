@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,8 +31,9 @@ def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
 def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     workdir = tmp_path / "demo"
     workdir.parent.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}  # the CLI's default
     result = cli("demo", "--workdir", str(workdir), "--rows", "1500", "--seconds", "3",
-                 "--port", str(free_port()), "--engine", config_engine, timeout=600)
+                 "--port", str(free_port()), "--engine", config_engine, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for table in ("users", "clients", "projects", "project_members", "time_entries"):
@@ -40,6 +42,9 @@ def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     assert "== hours_per_project_per_day" in out and "== active_users_per_day" in out
     assert "summary:" in out and "freshness" in out
     assert yaml.safe_load((workdir / "lakehouse.yml").read_text())["engine"] == config_engine
+    for engine_line in ("sail_python", "sail_", "INFO sail", " INFO org.apache",
+                        " WARN org.apache", "Setting default log level"):
+        assert engine_line not in out + result.stderr  # the engine's own log, only with -v
 
 
 @pytest.mark.pg_versions

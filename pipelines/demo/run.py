@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pyarrow.compute as pc
 import yaml
+from rich.text import Text
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
@@ -39,6 +40,7 @@ from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup
+from pipelines.terminal import stdout_console
 from pipelines.verify import format_diffs, run_verify, wait_for_ingest
 
 log = logging.getLogger(__name__)
@@ -120,10 +122,8 @@ def run_demo(options: DemoOptions) -> int:
         if ingest.stop() != 0:
             log.warning("the ingest exited with %s: see ingest.log", ingest.process.returncode)
 
-        print(format_gold_reports(spark, Lake.from_config(config), limit=5))
-        print("\nverify (silver vs the source):")
-        print(format_diffs(diffs))
-        print(summary(config, timings, sum(gold.rows.values())))
+        print_results(format_gold_reports(spark, Lake.from_config(config), limit=5),
+                      format_diffs(diffs), summary(config, timings, sum(gold.rows.values())))
         return 0 if all(d.equal for d in diffs) else 1
     finally:
         if ingest is not None and ingest.running:
@@ -216,7 +216,8 @@ def prepare_source(server: EmbeddedPostgres, rows: int) -> int:
     return sum(counts.values())
 
 
-def summary(config: Config, timings: Timings, gold_rows: int) -> str:
+def summary(config: Config, timings: Timings, gold_rows: int) -> list[tuple[str, str]]:
+    """The summary's (what, how much) rows."""
     landed = bronze_rows(config) - timings.bronze_before
     concurrent = timings.phases.get("backfill + workload + silver", 0.0)
     if timings.backfills_skipped and not timings.backfilled_rows:
@@ -237,5 +238,19 @@ def summary(config: Config, timings: Timings, gold_rows: int) -> str:
     rows += [(name, f"{seconds:.1f} s") for name, seconds in timings.phases.items()]
     rows += [("gold rows", f"{gold_rows:,}"),
              ("total", f"{time.monotonic() - timings.started:.1f} s")]
-    width = max(len(name) for name, _ in rows) + 2
-    return "\n".join(["", "summary:", *(f"  {name:<{width}}{value}" for name, value in rows)])
+    return rows
+
+
+def print_results(reports: str, diffs: str, summary_rows: list[tuple[str, str]]) -> None:
+    """Reports, verify's result and the summary on stdout: headings and the summary's
+    names in bold on a terminal, the same text without styles elsewhere."""
+    console = stdout_console()
+    console.print(reports, markup=False, highlight=False)
+    console.print()
+    console.print("verify (silver vs the source):", style="bold", markup=False)
+    console.print(diffs, markup=False, highlight=False)
+    console.print()
+    console.print("summary:", style="bold", markup=False)
+    width = max(len(name) for name, _ in summary_rows) + 2
+    for name, value in summary_rows:
+        console.print(Text.assemble("  ", (name.ljust(width), "bold"), value))
