@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Sequence
 
@@ -47,7 +47,7 @@ class TableReport:
     columns_added: tuple[str, ...] = ()
     columns_widened: tuple[str, ...] = ()
     error: str | None = None
-    seconds: float = 0.0  # spent applying this table
+    seconds: float = field(default=0.0, compare=False)  # spent applying it: not what it did
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,96 @@
+"""The metrics' pure parts: the backfill ETA, the config key, port errors, run's merge."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.samples import Sample
+
+from pipelines.config import parse_config
+from pipelines.errors import ConfigError
+from pipelines.metrics import BackfillMetrics, eta_seconds, merge_samples, serve
+
+
+def config(**metrics):
+    return parse_config({"source": {"dsn": "host=x"}, "metrics": metrics}, Path("."), {})
+
+
+@pytest.mark.parametrize("done, estimate, rows, elapsed, expected", [
+    (100, 1000, 100, 10.0, 90.0),  # 900 rows left at 10 rows/s
+    (600, 1000, 200, 10.0, 20.0),  # rows before this run count as done, not in the rate
+    (1200, 1000, 1200, 5.0, 0.0),  # past a stale estimate: nothing left
+    (0, 1000, 0, 3.0, None),  # no rate before the first chunk
+    (50, None, 50, 1.0, None),  # no estimate
+    (50, 0, 50, 1.0, None),
+])
+def test_eta_is_the_rows_left_at_this_runs_rate(done, estimate, rows, elapsed, expected):
+    assert eta_seconds(done, estimate, rows, elapsed) == expected
+
+
+def test_backfill_metrics_per_table_and_eta_zero_once_done():
+    now = [0.0]
+    backfill = BackfillMetrics(clock=lambda: now[0])
+    backfill.start("public.a", 1000, rows_before=100)
+    backfill.start("public.b", None)
+    backfill.advance("public.a", 200)
+    now[0] = 4.0
+    samples = {(s.name, s.labels["table"]): s.value
+               for family in backfill.collect() for s in family.samples}
+    assert samples == {("lakehouse_backfill_rows_done", "public.a"): 300,
+                       ("lakehouse_backfill_rows_done", "public.b"): 0,
+                       ("lakehouse_backfill_rows_estimate", "public.a"): 1000,
+                       ("lakehouse_backfill_eta_seconds", "public.a"): 14.0}  # 700 at 50/s
+    backfill.finish("public.a", done=True)
+    backfill.finish("public.b", done=False)  # interrupted: no ETA
+    eta = {s.labels["table"]: s.value for family in backfill.collect()
+           if family.name == "lakehouse_backfill_eta_seconds" for s in family.samples}
+    assert eta == {"public.a": 0.0}
+
+
+def test_metrics_port_key_is_checked_and_absent_by_default():
+    assert config().metrics.port is None
+    assert config(port=9187, address="127.0.0.1").metrics.port == 9187
+    for bad in (0, 70000, "9187x", True):
+        with pytest.raises(ConfigError, match="metrics.port: got .*, expected a port number "
+                                              "from 1 to 65535"):
+            config(port=bad)
+    with pytest.raises(ConfigError, match="metrics.host: unknown setting"):
+        config(host="x")
+
+
+def test_no_port_no_endpoint_and_the_flag_overrides_the_key():
+    assert serve(config(), None) is None
+    with pytest.raises(ConfigError, match="--metrics-port: got 0, expected a port number"):
+        serve(config(port=9187), 0)
+
+
+def test_a_busy_port_is_a_config_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"metrics port {port} on 127.0.0.1: .*in use"):
+            serve(config(address="127.0.0.1"), port)
+
+
+def test_port_errors_exit_2_before_any_work(tmp_path):
+    path = tmp_path / "lakehouse.yml"
+    path.write_text("source: {dsn: 'host=127.0.0.1 port=1 dbname=x'}\n")
+    for args in (["ingest", "--metrics-port", "0"], ["silver", "--metrics-port", "9187"]):
+        result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(path),
+                                 *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert "--metrics-port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_sums_a_series_both_processes_count():
+    ours = [Sample("lakehouse_errors_total", {"kind": "source"}, 1.0),
+            Sample("lakehouse_errors_total", {"kind": "data"}, 0.0)]
+    theirs = [Sample("lakehouse_errors_total", {"kind": "source"}, 2.0),
+              Sample("lakehouse_errors_total", {"kind": "storage"}, 1.0)]
+    merged = {s.labels["kind"]: s.value for s in merge_samples(ours, theirs)}
+    assert merged == {"source": 3.0, "data": 0.0, "storage": 1.0}
