@@ -12,7 +12,8 @@ from prometheus_client.samples import Sample
 
 from pipelines.config import parse_config
 from pipelines.errors import ConfigError
-from pipelines.metrics import BackfillMetrics, eta_seconds, merge_samples, serve
+from pipelines.metrics import BACKFILL, BackfillMetrics, eta_seconds, merge_samples, serve
+from tests.backfill.conftest import backfill, make_config, setup_source
 
 
 def config(**metrics):
@@ -49,6 +50,19 @@ def test_backfill_metrics_per_table_and_eta_zero_once_done():
     eta = {s.labels["table"]: s.value for family in backfill.collect()
            if family.name == "lakehouse_backfill_eta_seconds" for s in family.samples}
     assert eta == {"public.a": 0.0}
+
+
+@pytest.mark.postgres
+def test_a_backfill_reports_its_rows_to_the_metrics(source_dsn, tmp_path):
+    setup_source(source_dsn, "CREATE TABLE counted (id int PRIMARY KEY); "
+                 "INSERT INTO counted SELECT generate_series(1, 120); ANALYZE counted",
+                 ["public.counted"])
+    backfill(make_config(source_dsn, tmp_path / "lake", ["public.counted"]), chunk_size=50)
+    samples = {s.name: s.value for family in BACKFILL.collect() for s in family.samples
+               if s.labels["table"] == "public.counted"}
+    assert samples == {"lakehouse_backfill_rows_done": 120,
+                       "lakehouse_backfill_rows_estimate": 120,
+                       "lakehouse_backfill_eta_seconds": 0.0}
 
 
 def test_metrics_port_key_is_checked_and_absent_by_default():
