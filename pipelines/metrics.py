@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import psycopg
 from deltalake.exceptions import DeltaError
@@ -43,6 +43,9 @@ from prometheus_client.samples import Sample
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError, DataError, SourceError, StorageError
+
+if TYPE_CHECKING:  # Spark's modules: not for the ingest and the backfill
+    from pipelines.silver.job import SilverRunReport
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +93,8 @@ def error_kind(exc: BaseException) -> str:
     return "unexpected"
 
 
-def record_silver_run(report) -> None:
-    """A silver run's per-table figures (report: pipelines.silver.job.SilverRunReport)."""
+def record_silver_run(report: SilverRunReport) -> None:
+    """A silver run's per-table figures."""
     for table in report.tables:
         if table.error:
             count_error("silver_table")
@@ -176,16 +179,17 @@ BACKFILL = BackfillMetrics()
 # --- the endpoint -------------------------------------------------------------------------
 
 
-def add_port_argument(parser: argparse.ArgumentParser) -> None:
+def add_port_argument(parser: argparse.ArgumentParser, when: str = "") -> None:
     parser.add_argument("--metrics-port", type=int, metavar="N",
-                        help="serve Prometheus metrics on http://HOST:N/metrics "
+                        help=f"{when}serve Prometheus metrics on http://HOST:N/metrics "
                         "(default: metrics.port; none without either)")
 
 
 def serve(config: Config, port: int | None, *collectors: Collector,
           registry: CollectorRegistry = REGISTRY) -> int | None:
-    """Start the endpoint on `port` (else metrics.port; neither: no endpoint) with these
-    collectors added; returns the port. A bad or busy port is a ConfigError (exit 2)."""
+    """Start the endpoint on `port` (else metrics.port; neither: no endpoint) serving
+    `registry`, with these collectors added to REGISTRY; returns the port. A bad or busy
+    port is a ConfigError (exit 2)."""
     port = config.metrics.port if port is None else port
     if port is None:
         return None
@@ -193,14 +197,14 @@ def serve(config: Config, port: int | None, *collectors: Collector,
         raise ConfigError(f"--metrics-port: got {port}, expected a port number from 1 to "
                           "65535")
     address = config.metrics.address
+    for collector in collectors:
+        REGISTRY.register(collector)
     try:
         start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         raise ConfigError(f"metrics port {port} on {address}: {exc.strerror} (another "
                           "process listening there? choose another with --metrics-port "
                           "or metrics.port)") from exc
-    for collector in collectors:
-        REGISTRY.register(collector)
     host = socket.gethostname() if address in ("0.0.0.0", "::") else address
     log.info("metrics: http://%s:%d/metrics", host, port)
     return port

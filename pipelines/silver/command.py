@@ -41,7 +41,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--rebuild", action="append", metavar="T", default=[],
                         help="replace this table's silver data with a rebuild from all of "
                         "bronze, e.g. after a type change (repeatable)")
-    add_port_argument(parser)  # with --continuous
+    add_port_argument(parser, when="with --continuous: ")
     parser.set_defaults(handler=run_command)
 
 
