@@ -27,9 +27,10 @@ import logging
 import socket
 import threading
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 import psycopg
 from deltalake.exceptions import DeltaError
@@ -76,6 +77,8 @@ SILVER_RUN_CHANGES = Gauge(
 # What `run` takes from its ingest child: the counters the ingest keeps (family names).
 CHILD_FAMILIES = ("lakehouse_ingest_landed_changes", "lakehouse_ingest_landed_bytes",
                   "lakehouse_errors")
+# The child is asked for these only, so its scrape-time collectors do not run for nothing.
+_CHILD_QUERY = urllib.parse.urlencode([("name[]", f"{name}_total") for name in CHILD_FAMILIES])
 
 
 def count_error(kind: str) -> None:
@@ -126,9 +129,30 @@ class _TableBackfill:
     complete: bool = False  # ... with the table done
 
 
+def gauge_families(helps: Mapping[str, str], labels: list[str],
+                   values: Mapping[str, list[tuple[list[str], float]]]) -> Iterator[Metric]:
+    """A gauge family per name in `helps` with its (label values, value) samples in
+    `values` (none: a family with no samples, which is what `describe` returns)."""
+    for name, help_text in helps.items():
+        family = GaugeMetricFamily(name, help_text, labels=labels)
+        for label_values, value in values.get(name, []):
+            family.add_metric(label_values, value)
+        yield family
+
+
 class BackfillMetrics(Collector):
     """Rows done, the row estimate and the ETA per table, as the table jobs report them
     (start, advance, finish: the calls that drive the progress display)."""
+
+    HELP = {
+        "lakehouse_backfill_rows_done": "Rows of the table's backfill done so far (all "
+        "runs).",
+        "lakehouse_backfill_rows_estimate": "Rows the table had when its backfill started "
+        "(pg_class.reltuples).",
+        "lakehouse_backfill_eta_seconds": "Seconds until the backfill reaches the estimate "
+        "at this run's rate; 0 when done, absent before the first chunk and after an "
+        "interrupted run.",
+    }
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -149,28 +173,23 @@ class BackfillMetrics(Collector):
             self._tables[table].finished = True
             self._tables[table].complete = done
 
+    def describe(self) -> Iterator[Metric]:
+        return gauge_families(self.HELP, ["table"], {})
+
     def collect(self) -> Iterator[Metric]:
-        rows = GaugeMetricFamily("lakehouse_backfill_rows_done", "Rows of the table's "
-                                 "backfill done so far (all runs).", labels=["table"])
-        estimate = GaugeMetricFamily("lakehouse_backfill_rows_estimate", "Rows the table "
-                                     "had when its backfill started (pg_class.reltuples).",
-                                     labels=["table"])
-        eta = GaugeMetricFamily("lakehouse_backfill_eta_seconds", "Seconds until the "
-                                "backfill reaches the estimate at this run's rate; 0 when "
-                                "done, absent before the first chunk and after an "
-                                "interrupted run.", labels=["table"])
+        values: dict[str, list] = {name: [] for name in self.HELP}
         now = self.clock()
         with self._lock:
             for name, t in self._tables.items():
                 done = t.rows_before + t.rows
-                rows.add_metric([name], done)
+                values["lakehouse_backfill_rows_done"].append(([name], done))
                 if t.estimate:
-                    estimate.add_metric([name], t.estimate)
+                    values["lakehouse_backfill_rows_estimate"].append(([name], t.estimate))
                 left = (0.0 if t.complete else None if t.finished
                         else eta_seconds(done, t.estimate, t.rows, now - t.started))
                 if left is not None:
-                    eta.add_metric([name], left)
-        yield from (rows, estimate, eta)
+                    values["lakehouse_backfill_eta_seconds"].append(([name], left))
+        return gauge_families(self.HELP, ["table"], values)
 
 
 BACKFILL = BackfillMetrics()
@@ -220,7 +239,7 @@ def with_ingest_child(child_port: int) -> CollectorRegistry:
     """A registry of this process's metrics plus the ingest child's, fetched from its
     loopback endpoint at each scrape (see the module docstring)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_WithChild(f"http://127.0.0.1:{child_port}/metrics"))
+    registry.register(_WithChild(f"http://127.0.0.1:{child_port}/metrics?{_CHILD_QUERY}"))
     return registry
 
 
