@@ -22,7 +22,8 @@ from pipelines.config import Config
 from pipelines.errors import LakehouseError
 from pipelines.embedded_pg import free_port
 from pipelines.lake import Lake
-from pipelines.metrics import add_port_argument, serve, watch_ingest, with_ingest_child
+from pipelines.metrics import (SILVER, add_port_argument, serve, watch_ingest,
+                               with_ingest_child)
 from pipelines.metrics_collectors import LakeCollector, SlotCollector
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
@@ -115,7 +116,7 @@ def _run(args: argparse.Namespace, config: Config) -> int:
 
     overrides = list(args.overrides)
     child_port = free_port()  # the ingest's own endpoint, on loopback (pipelines/metrics.py)
-    if serve(config, args.metrics_port, SlotCollector(config), LakeCollector(config),
+    if serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config),
              registry=with_ingest_child(child_port)):
         overrides += [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
     spark = get_spark(config)

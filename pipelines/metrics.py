@@ -56,11 +56,15 @@ disable_created_metrics()
 
 ERROR_KINDS = ("source", "storage", "data", "silver_table", "unexpected")
 
+# Each verb's endpoint registers what it keeps (INGEST, SILVER, BACKFILL); ERRORS is
+# everyone's. Unregistered metrics still count, they are only not served.
 LANDED_CHANGES = Counter(
-    "lakehouse_ingest_landed_changes", "Changes committed to bronze by the ingest.")
+    "lakehouse_ingest_landed_changes", "Changes committed to bronze by the ingest.",
+    registry=None)
 LANDED_BYTES = Counter(
     "lakehouse_ingest_landed_bytes", "Bytes of the bronze rows the ingest committed, as "
-    "Arrow holds them in memory (the ZSTD Parquet files are smaller).")
+    "Arrow holds them in memory (the ZSTD Parquet files are smaller).", registry=None)
+INGEST = (LANDED_CHANGES, LANDED_BYTES)
 ERRORS = Counter(
     "lakehouse_errors", "Errors by kind: source (unreachable, replication connection "
     "lost), storage (the lake), data (corrupt or untypeable input), silver_table (a silver "
@@ -70,10 +74,11 @@ for _kind in ERROR_KINDS:  # every kind exported from the start: rate() needs th
     ERRORS.labels(_kind)
 SILVER_RUN_SECONDS = Gauge(
     "lakehouse_silver_last_run_duration_seconds", "Seconds the last silver run that had "
-    "new bronze for the table spent applying it.", ["table"])
+    "new bronze for the table spent applying it.", ["table"], registry=None)
 SILVER_RUN_CHANGES = Gauge(
     "lakehouse_silver_last_run_changes", "Bronze changes (inserts, updates, deletes) the "
-    "last silver run that had new bronze for the table applied.", ["table"])
+    "last silver run that had new bronze for the table applied.", ["table"], registry=None)
+SILVER = (SILVER_RUN_SECONDS, SILVER_RUN_CHANGES)
 # What `run` takes from its ingest child: the counters the ingest keeps (family names).
 CHILD_FAMILIES = ("lakehouse_ingest_landed_changes", "lakehouse_ingest_landed_bytes",
                   "lakehouse_errors")
@@ -244,7 +249,8 @@ def with_ingest_child(child_port: int) -> CollectorRegistry:
 
 
 class _WithChild(Collector):
-    """REGISTRY's families, with the child's samples of CHILD_FAMILIES added in."""
+    """REGISTRY's families and the child's CHILD_FAMILIES; a family both have (the
+    errors) with its samples merged."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -254,8 +260,10 @@ class _WithChild(Collector):
                  if family.name in CHILD_FAMILIES}
         for family in REGISTRY.collect():
             if family.name in child:
-                family.samples = merge_samples(family.samples, child[family.name].samples)
+                family.samples = merge_samples(family.samples,
+                                               child.pop(family.name).samples)
             yield family
+        yield from child.values()
 
     def _child(self) -> Iterable[Metric]:
         try:

@@ -143,6 +143,7 @@ def test_slot_lag_rises_on_silvers_endpoint_while_the_ingest_is_stopped(source_d
                      and ("lakehouse_bronze_last_commit_age_seconds", "") in m)
             stop(ingest, tmp_path / "ingest.log")
             stopped = wait_for(port, lambda m: m[active] == 0)
+            assert ("lakehouse_ingest_landed_changes_total", "") not in stopped  # not silver's
             wait_for(port, lambda m: m[lag] > stopped[lag] + 100_000)
         assert silver.poll() is None  # silver kept serving without an ingest
     finally:

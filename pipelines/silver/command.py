@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
-from pipelines.metrics import add_port_argument, serve
+from pipelines.metrics import SILVER, add_port_argument, serve
 from pipelines.metrics_collectors import LakeCollector, SlotCollector
 from pipelines.passes import FailedPasses
 
@@ -53,7 +53,7 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"--interval: got {args.interval}, expected a positive number "
                           "of seconds")
     if args.continuous:  # a single run is over before anyone scrapes it
-        serve(config, args.metrics_port, SlotCollector(config), LakeCollector(config))
+        serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config))
     elif args.metrics_port is not None:
         raise ConfigError("--metrics-port: only with --continuous")
     spark = get_spark(config)
