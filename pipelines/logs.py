@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from pythonjsonlogger.json import JsonFormatter
 from rich.logging import RichHandler
@@ -24,6 +25,7 @@ PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # Sail's warnings, less the one its actor system logs at every normal shutdown
 # ("aborting N task(s) for SessionManagerActor").
 SAIL_QUIET = "warn,sail_common::actor=error"
+LOG4J2_QUIET = Path(__file__).with_name("log4j2-quiet.properties")
 # Spark Connect, gRPC and py4j chatter is noise to a pipeline operator.
 NOISY_LOGGERS = ("py4j", "pyspark", "grpc", "urllib3")
 
@@ -42,16 +44,24 @@ def configure_logging(verbose: bool = False, quiet: bool = False,
 
 
 def quiet_engines(verbose: bool) -> None:
-    """Engine logs at WARNING unless `verbose`.
+    """Engine logs at WARNING unless `verbose`, through the environment their processes
+    read when they start; a setting of the user's own wins.
 
     The embedded Sail server logs through Rust's env_logger, which reads RUST_LOG once,
-    when the process's first server starts (its default is info); a RUST_LOG the user
-    set wins. Children (the ingest of `run` and of the demo) inherit it.
+    when the process's first server starts (its default is info). Classic Spark's JVM
+    reads log4j2's configuration file when it starts (Spark's default is INFO while it
+    starts, then WARN, with notices on stderr).
     """
     os.environ.setdefault("RUST_LOG", "info" if verbose else SAIL_QUIET)
-    if not verbose:
-        for noisy in NOISY_LOGGERS:
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if verbose:
+        return
+    for noisy in NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Classic Spark's JVM is started by spark-submit, which passes SPARK_SUBMIT_OPTS to it.
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" not in options:  # unless the user chose a configuration
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile=" \
+            f"{LOG4J2_QUIET.as_uri()}".strip()
 
 
 def _handler(log_format: str) -> logging.Handler:
