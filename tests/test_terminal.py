@@ -10,7 +10,8 @@ from pipelines.terminal import format_table
 
 def test_format_table_aligns_numbers_right_and_text_left():
     rows = [(dt.date(2026, 3, 2), "Website", D("3.0000"), 7, True),
-            (dt.datetime(2026, 3, 3, 9, 30, tzinfo=dt.timezone.utc), None, D("12.5000"), None, False)]
+            (dt.datetime(2026, 3, 3, 9, 30, tzinfo=dt.timezone.utc), None, D("12.5000"), None,
+             False)]
     assert format_table(["day", "project", "hours", "n", "billable"], rows) == (
         "day                       | project |   hours |    n | billable\n"
         "--------------------------+---------+---------+------+---------\n"

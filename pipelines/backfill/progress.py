@@ -81,7 +81,7 @@ class ProgressDisplay:
         self.tty = self.console.is_interactive if tty is None else tty
         self.log_seconds = log_seconds
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), _Column(rows_text),
+            TextColumn("{task.description}", markup=False), BarColumn(), _Column(rows_text),
             _Column(rate_text), _Column(state_text),
             console=self.console, disable=not self.tty)
         self._tasks: dict[str, TaskID] = {}

@@ -56,8 +56,8 @@ def test_progress_on_a_terminal_shows_rows_rate_and_eta_with_log_lines_above(tmp
     lines = [line for line in screen.splitlines() if line.strip()]
     running = [line for line in lines if "public.users" in line and "ETA" in line]
     assert running, screen
-    assert re.search(r"public\.users +━*.* 300 / ~1,000 rows  30% +[1-9][\d,]* rows/s +ETA [\dhms]+",
-                     running[-1]), running[-1]
+    assert re.search(r"public\.users +━*.* 300 / ~1,000 rows  30% +[1-9][\d,]* rows/s"
+                     r" +ETA [\dhms]+", running[-1]), running[-1]
     assert any(re.search(r"public\.notes .* 0 rows .*done in [\dhms]+", line) for line in lines)
     record = [line for line in lines if "a log record while the bars are live" in line]
     assert record and all("rows" not in line for line in record)  # whole, not through a bar
@@ -75,8 +75,8 @@ def test_progress_elsewhere_is_a_log_line_per_table_every_interval(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "pipelines.backfill.progress"]
     assert lines[0] == "backfill public.users  0 / ~10 rows  0%  0 rows/s"
     assert lines[1].startswith("backfill public.users  5 / ~10 rows  50%")
-    assert re.fullmatch(r"backfill public\.users  8 / ~10 rows  80%  [1-9][\d,]* rows/s  ETA [\dhms]+",
-                        lines[2]), lines[2]
+    assert re.fullmatch(r"backfill public\.users  8 / ~10 rows  80%  [1-9][\d,]* rows/s"
+                        r"  ETA [\dhms]+", lines[2]), lines[2]
     assert re.fullmatch(r"backfill public\.users  8 / ~10 rows  80%  [\d,]+ rows/s  done in 0s",
                         lines[3]), lines[3]
 
