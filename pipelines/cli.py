@@ -174,27 +174,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = install_hint(exc.name, config.engine if config else getattr(args, "engine", None))
         if hint is None:
             raise
-        print(f"lakehouse {args.verb}: error: {hint}", file=sys.stderr)
+        _report(args, f"lakehouse {args.verb}: error: {hint}")
         return ConfigError.exit_code
     except LakehouseError as exc:
         log.debug("failed", exc_info=True)
-        print(f"lakehouse {args.verb}: error: {exc}", file=sys.stderr)
+        _report(args, f"lakehouse {args.verb}: error: {exc}")
         return exc.exit_code
     except (OSError, DeltaError, ObstoreError) as exc:  # the lake's store, most often
         log.debug("failed", exc_info=True)
         first = redact(str(exc).strip()).splitlines()[0] if str(exc).strip() else ""
-        print(f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: {first} "
-              "(check lake.path, lake.storage_options and the store's credentials in the "
-              "environment; docs/storage.md)", file=sys.stderr)
+        _report(args, f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: "
+                f"{first} (check lake.path, lake.storage_options and the store's credentials "
+                "in the environment; docs/storage.md)")
         return StorageError.exit_code
     except psycopg.Error as exc:  # a database error no layer turned into a clearer one
         log.debug("failed", exc_info=True)
-        print(f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
-              f"{str(exc).strip()}", file=sys.stderr)
+        _report(args, f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
+                f"{str(exc).strip()}")
         return SourceError.exit_code
     except KeyboardInterrupt:
-        print(f"lakehouse {args.verb}: interrupted", file=sys.stderr)
+        _report(args, f"lakehouse {args.verb}: interrupted")
         return 130
+
+
+def _report(args: argparse.Namespace, message: str) -> None:
+    """Why the verb failed, on stderr: a line of its own, or with --log-format json one
+    more record, so a log shipper parses every line (and credentials are redacted)."""
+    if args.log_format == "json":
+        log.error(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 if __name__ == "__main__":
