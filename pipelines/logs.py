@@ -66,6 +66,7 @@ def quiet_engines(verbose: bool) -> None:
 
 def _handler(log_format: str) -> logging.Handler:
     if log_format == "json":
+        stderr_console().is_interactive = False  # only JSON lines: progress as records too
         handler = logging.StreamHandler()
         handler.setFormatter(JsonFormatter(
             "{levelname}{name}{message}", style="{", timestamp="time",
