@@ -64,6 +64,16 @@ def quiet_engines(verbose: bool) -> None:
             f"{LOG4J2_QUIET.as_uri()}".strip()
 
 
+def quiet_query_context_loggers() -> None:
+    """PySpark logs every query the engine rejects as a JSON error record with its own
+    handler (PySparkLogger, not propagated); the CLI reports that error itself, once.
+    Called where a session exists: it imports PySpark."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def _handler(log_format: str) -> logging.Handler:
     if log_format == "json":
         stderr_console().is_interactive = False  # only JSON lines: progress as records too

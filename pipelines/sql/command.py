@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipelines.errors import ConfigError, LakehouseError
+from pipelines.logs import quiet_query_context_loggers
 from pipelines.sql.output import FORMATS
 
 if TYPE_CHECKING:
@@ -66,7 +67,11 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
     text = query_text(args.query, args.file)
     from pipelines.engine import get_spark
 
+    if not args.verbose:  # one question, one answer: the engine's start-up line is noise
+        logging.getLogger("pipelines").setLevel(logging.WARNING)
     spark = get_spark(config)
+    if not args.verbose:
+        quiet_query_context_loggers()
     if config.engine != "databricks":  # Unity Catalog has them under their full names
         register_lake_tables(spark, config)
     columns, rows = run_query(spark, text)
