@@ -22,6 +22,7 @@ from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.errors import ConfigError, LakehouseError, SourceError, StorageError
 from pipelines.extras import install_hint
 from pipelines.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging
+from pipelines.metrics import add_port_argument
 from pipelines.storage import redact
 
 log = logging.getLogger("lakehouse")
@@ -120,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "spark (classic Spark with Delta Lake, local[*]; needs Java 17+, "
                       "fetches delta-spark from Maven Central on first use) "
                       "(default: %(default)s)")
+    add_port_argument(demo, "while it runs (for a look at the metrics `lakehouse run` "
+                      "serves; a longer --seconds leaves time to scrape): ")
     demo.set_defaults(handler=_demo, needs_config=False)
 
     for module in COMMAND_MODULES:
@@ -154,7 +157,7 @@ def _demo(args: argparse.Namespace, config: None) -> int:
 
     return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
                                 fresh=args.fresh, port=args.port, engine=args.engine,
-                                shape=args.shape))
+                                shape=args.shape, metrics_port=args.metrics_port))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,11 +20,8 @@ from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import LakehouseError
-from pipelines.embedded_pg import free_port
 from pipelines.lake import Lake
-from pipelines.metrics import (SILVER, add_port_argument, serve, watch_ingest,
-                               with_ingest_child)
-from pipelines.metrics_collectors import LakeCollector, SlotCollector
+from pipelines.metrics import add_port_argument, serve_pipeline, watch_ingest
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 
@@ -114,11 +111,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace, config: Config) -> int:
     from pipelines.engine import get_spark
 
-    overrides = list(args.overrides)
-    child_port = free_port()  # the ingest's own endpoint, on loopback (pipelines/metrics.py)
-    if serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config),
-             registry=with_ingest_child(child_port)):
-        overrides += [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
+    overrides = list(args.overrides) + serve_pipeline(config, args.metrics_port)
     spark = get_spark(config)
     # After the engine starts: the in-process Sail server stops itself on SIGINT unless
     # our handlers replace its own, and the last silver pass still needs it.

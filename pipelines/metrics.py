@@ -234,6 +234,21 @@ def serve(config: Config, port: int | None, *collectors: Collector,
     return port
 
 
+def serve_pipeline(config: Config, port: int | None) -> list[str]:
+    """The endpoint of a process that runs silver beside an ingest child (`run`, `demo`):
+    silver's figures, the slot and the lake, and the child's counters (see the module
+    docstring). Returns the config overrides that give the child its loopback endpoint
+    (none without an endpoint)."""
+    from pipelines.embedded_pg import free_port
+    from pipelines.metrics_collectors import LakeCollector, SlotCollector  # they import this
+
+    child_port = free_port()
+    if serve(config, port, *SILVER, SlotCollector(config), LakeCollector(config),
+             registry=with_ingest_child(child_port)) is None:
+        return []
+    return [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
+
+
 def watch_ingest(running: Callable[[], bool]) -> None:
     """`lakehouse_ingest_up`, for `run`: only it knows whether its ingest runs."""
     Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` runs, "

@@ -168,6 +168,7 @@ def test_a_bad_query_gets_the_engines_message_and_exit_2(sql_config):
     assert "lakehouse sql: error: the query failed:" in result.stderr
     assert "nope" in result.stderr
     assert "Traceback" not in result.stderr
+    assert "QueryContextLogger" not in result.stderr  # PySpark's own record of the error
     assert result.stdout == ""
 
 

@@ -37,6 +37,7 @@ from pipelines.extras import check_engine
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
+from pipelines.metrics import serve_pipeline, watch_ingest
 from pipelines.silver.job import run_silver
 from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup
@@ -61,6 +62,7 @@ class DemoOptions:
     port: int = DEMO_PORT
     engine: str = "local"  # silver, gold and verify: local (Sail) or spark (classic + Delta)
     shape: str = "recent"  # the workload's: recent or uniform (pipelines.demo.workload)
+    metrics_port: int | None = None  # Prometheus metrics while it runs (pipelines.metrics)
 
 
 @dataclass
@@ -103,8 +105,10 @@ def run_demo(options: DemoOptions) -> int:
         # The demo's own source only: a LAKEHOUSE_SOURCE_DSN exported for a real pipeline
         # must not point the demo's ingest at (and consume) that database's slot.
         env = {k: v for k, v in os.environ.items() if k not in (DSN_ENV, CONFIG_ENV)}
-        ingest = IngestProcess(workdir / "lakehouse.yml",
+        overrides = serve_pipeline(config, options.metrics_port)
+        ingest = IngestProcess(workdir / "lakehouse.yml", overrides,
                                output=(workdir / "ingest.log").open("a"), env=env)
+        watch_ingest(lambda: ingest.running)
         spark = get_spark(config)
         concurrent_phase(config, spark, options, timings)
         timings.freshness = probe_freshness(config, spark)
