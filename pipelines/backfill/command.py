@@ -14,6 +14,7 @@ from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.metrics import BACKFILL, add_port_argument, serve
+from pipelines.terminal import format_table
 
 EXIT_INTERRUPTED = 130
 
@@ -66,15 +67,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
 
 def print_summary(results: list[TableResult]) -> None:
-    rows = [("table", "status", "rows", "chunks", "time", "rows/s", "total rows", "backfill id")]
-    for r in results:
-        rate = f"{r.rows / r.seconds:,.0f}" if r.seconds > 0 and r.rows else "-"
-        rows.append((r.table, r.status, f"{r.rows:,}", f"{r.chunks:,}",
-                     format_duration(r.seconds) if r.seconds >= 1 else f"{r.seconds:.1f}s",
-                     rate, f"{r.total_rows:,}", r.backfill_id or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    rows = [(r.table, r.status, r.rows, r.chunks,
+             format_duration(r.seconds) if r.seconds >= 1 else f"{r.seconds:.1f}s",
+             round(r.rows / r.seconds) if r.seconds > 0 and r.rows else None,
+             r.total_rows, r.backfill_id or "-") for r in results]
+    print(format_table(("table", "status", "rows", "chunks", "time", "rows/s", "total rows",
+                        "backfill id"), rows))
 
 
 class _stop_on_signals:

@@ -25,7 +25,8 @@ TABLES = ["public.users", "public.notes", "public.nothing"]
 
 def summary(stdout: str) -> dict[str, str]:
     """table -> status from the summary table printed at the end."""
-    return {line.split()[0]: line.split()[1] for line in stdout.splitlines()[1:]}
+    return {cells[0]: cells[1] for cells in
+            ([c.strip() for c in line.split("|")] for line in stdout.splitlines()[2:])}
 
 
 @pytest.fixture
@@ -38,8 +39,8 @@ def test_backfill_then_rerun_skips_and_restart_starts_a_new_backfill(config_file
     config = make_config(source_dsn, lake, TABLES)
     first = cli(config_file, "backfill", "--chunk-size", "50", "--parallel", "2")
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines()[0].split() == ["table", "status", "rows", "chunks", "time",
-                                                    "rows/s", "total", "rows", "backfill", "id"]
+    assert [c.strip() for c in first.stdout.splitlines()[0].split("|")] == [
+        "table", "status", "rows", "chunks", "time", "rows/s", "total rows", "backfill id"]
     assert summary(first.stdout) == dict.fromkeys(TABLES, "done")
     ids = {s.table_name: s.backfill_id for s in states(config)}
     nothing = next(s for s in states(config) if s.table_name == "public.nothing")
