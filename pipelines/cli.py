@@ -21,7 +21,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.errors import ConfigError, LakehouseError, SourceError, StorageError
 from pipelines.extras import install_hint
-from pipelines.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging
+from pipelines.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging, report
 from pipelines.metrics import add_port_argument
 from pipelines.storage import redact
 
@@ -177,36 +177,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = install_hint(exc.name, config.engine if config else getattr(args, "engine", None))
         if hint is None:
             raise
-        _report(args, f"lakehouse {args.verb}: error: {hint}")
+        report(f"lakehouse {args.verb}: error: {hint}")
         return ConfigError.exit_code
     except LakehouseError as exc:
         log.debug("failed", exc_info=True)
-        _report(args, f"lakehouse {args.verb}: error: {exc}")
+        report(f"lakehouse {args.verb}: error: {exc}")
         return exc.exit_code
     except (OSError, DeltaError, ObstoreError) as exc:  # the lake's store, most often
         log.debug("failed", exc_info=True)
         first = redact(str(exc).strip()).splitlines()[0] if str(exc).strip() else ""
-        _report(args, f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: "
+        report(f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: "
                 f"{first} (check lake.path, lake.storage_options and the store's credentials "
                 "in the environment; docs/storage.md)")
         return StorageError.exit_code
     except psycopg.Error as exc:  # a database error no layer turned into a clearer one
         log.debug("failed", exc_info=True)
-        _report(args, f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
+        report(f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
                 f"{str(exc).strip()}")
         return SourceError.exit_code
     except KeyboardInterrupt:
-        _report(args, f"lakehouse {args.verb}: interrupted")
+        report(f"lakehouse {args.verb}: interrupted")
         return 130
-
-
-def _report(args: argparse.Namespace, message: str) -> None:
-    """Why the verb failed, on stderr: a line of its own, or with --log-format json one
-    more record, so a log shipper parses every line (and credentials are redacted)."""
-    if args.log_format == "json":
-        log.error(message)
-    else:
-        print(message, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pythonjsonlogger.json import JsonFormatter
@@ -62,6 +63,16 @@ def quiet_engines(verbose: bool) -> None:
     if "log4j2.configurationFile" not in options:  # unless the user chose a configuration
         os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile=" \
             f"{LOG4J2_QUIET.as_uri()}".strip()
+
+
+def report(message: str) -> None:
+    """A verb's closing message about what failed, on stderr: a line of its own, or with
+    --log-format json one more record, so a log shipper parses every line (and
+    credentials are redacted)."""
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+        logging.getLogger("lakehouse").error(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def quiet_query_context_loggers() -> None:

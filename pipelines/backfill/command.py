@@ -13,6 +13,7 @@ from pipelines.backfill.progress import ProgressDisplay, format_duration
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.collector import collect_rarely
 from pipelines.config import Config
+from pipelines.logs import report
 from pipelines.metrics import BACKFILL, add_port_argument, serve
 from pipelines.terminal import format_table
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     failed = [r.error for r in results if r.error is not None]
     if failed:
         for error in failed:
-            print(f"lakehouse backfill: error: {error}", file=sys.stderr)
+            report(f"lakehouse backfill: error: {error}")
         return max(error.exit_code for error in failed)
     if any(r.status == "interrupted" for r in results):
         return EXIT_INTERRUPTED
