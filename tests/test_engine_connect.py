@@ -1,5 +1,5 @@
-"""`engine: connect`: silver, gold and verify on an existing Spark Connect server (named
-by connect.url, or by SPARK_REMOTE), each verb a `lakehouse` process of its own as a job
+"""`engine: connect`: silver, gold, verify and sql on an existing Spark Connect server
+(named by connect.url, or by SPARK_REMOTE), each verb a `lakehouse` process of its own as a job
 would run it. On the Spark pass the
 server is Spark's own with Delta Lake, and only a client presenting its token gets in
 (the token reaches the pipeline through the environment alone); on the Sail pass it is
@@ -55,6 +55,9 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
     silver = lakehouse(config, "silver", env=authenticated)
     lakehouse(config, "gold", env=authenticated)
     verified = lakehouse(remote, "verify", env={**authenticated, "SPARK_REMOTE": server.url})
+    counted = lakehouse(config, "sql", "--format", "csv",
+                        "SELECT count(*) AS n FROM lakehouse_gold.hours_per_project_per_day",
+                        env=authenticated)
 
     assert f"Spark Connect server {server.url}" in silver.stderr
     assert f"Spark Connect server {server.url}" in verified.stderr
@@ -62,6 +65,8 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
         assert f"{table}: equal" in verified.stdout
     for report in REPORT_NAMES:
         assert read_delta(Lake.of(str(lake)).gold(report)).num_rows > 0, report
+    hours = read_delta(Lake.of(str(lake)).gold("hours_per_project_per_day")).num_rows
+    assert counted.stdout == f"n\n{hours}\n"  # the tables are registered on the server
 
 
 def test_a_spark_connect_server_refuses_a_client_without_its_token(engine, tmp_path,
