@@ -249,7 +249,7 @@ def print_results(reports: str, diffs: str, summary_rows: list[tuple[str, str]])
     """Reports, verify's result and the summary on stdout: headings and the summary's
     names in bold on a terminal, the same text without styles elsewhere."""
     console = stdout_console()
-    console.print(reports, markup=False, highlight=False)
+    console.print(reports, markup=False, highlight=False, soft_wrap=True)  # tables stay whole
     console.print()
     console.print("verify (silver vs the source):", style="bold", markup=False)
     console.print(diffs, markup=False, highlight=False)
