@@ -26,6 +26,7 @@ from pipelines.metrics import add_port_argument
 from pipelines.storage import redact
 
 log = logging.getLogger("lakehouse")
+BROKEN_PIPE_EXIT = 141  # as a process killed by SIGPIPE reports it (128 + 13)
 
 # Verbs defined next to their code: each module has add_parser(verbs), which registers a
 # subparser whose defaults carry handler(args, config) -> exit code.
@@ -183,17 +184,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("failed", exc_info=True)
         report(f"lakehouse {args.verb}: error: {exc}")
         return exc.exit_code
+    except BrokenPipeError:  # the reader of stdout left (`lakehouse sql ... | head`)
+        # Python's advice: point stdout at devnull so the exit's flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
     except (OSError, DeltaError, ObstoreError) as exc:  # the lake's store, most often
         log.debug("failed", exc_info=True)
         first = redact(str(exc).strip()).splitlines()[0] if str(exc).strip() else ""
         report(f"lakehouse {args.verb}: lake storage error: {type(exc).__name__}: "
-                f"{first} (check lake.path, lake.storage_options and the store's credentials "
-                "in the environment; docs/storage.md)")
+               f"{first} (check lake.path, lake.storage_options and the store's credentials "
+               "in the environment; docs/storage.md)")
         return StorageError.exit_code
     except psycopg.Error as exc:  # a database error no layer turned into a clearer one
         log.debug("failed", exc_info=True)
         report(f"lakehouse {args.verb}: source error: {type(exc).__name__}: "
-                f"{str(exc).strip()}")
+               f"{str(exc).strip()}")
         return SourceError.exit_code
     except KeyboardInterrupt:
         report(f"lakehouse {args.verb}: interrupted")

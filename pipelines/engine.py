@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
 import sys
 import tempfile
 import uuid
@@ -48,13 +49,12 @@ def get_spark(config: "Config", endpoint: "Endpoint | None" = None) -> "SparkSes
     options = dict(lake.options)
     if config.engine == "local":
         os.environ.update(storage.sail_environment(lake.store, options))
-        if endpoint is not None:
-            return start_local_session(warehouse, endpoint.port, endpoint.session_id)
-        return start_local_session(warehouse)
+        return start_local_session(warehouse, endpoint)
     if config.engine == "spark":
         conf = {**storage.hadoop_conf(lake.store, options, os.environ), **config.spark.conf}
         if endpoint is not None:
-            conf.update({"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            plugins = [p for p in conf.get("spark.plugins", "").split(",") if p]
+            conf.update({"spark.plugins": ",".join(plugins + [CONNECT_PLUGIN]),
                          "spark.connect.grpc.binding.address": "127.0.0.1",
                          "spark.connect.grpc.binding.port": str(endpoint.port)})
         return start_classic_session(warehouse, config.spark.master, config.spark.jars, conf,
@@ -72,18 +72,18 @@ def _warehouse(lake: "Lake") -> str:
             else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))
 
 
-def start_local_session(warehouse: str | Path, port: int = 0,
-                        session_id: str | None = None) -> "SparkSession":
-    """Start Sail in-process on a loopback port (ephemeral unless `port`) and connect to
-    it, in session `session_id` if given. Sail reads an object store's settings and
+def start_local_session(warehouse: str | Path,
+                        endpoint: "Endpoint | None" = None) -> "SparkSession":
+    """Start Sail in-process on a loopback port (ephemeral, else the endpoint's) and
+    connect to it (in the endpoint's session). Sail reads an object store's settings and
     credentials from this process's environment."""
     from pysail.spark import SparkConnectServer
     from pyspark.sql import SparkSession
 
-    server = SparkConnectServer("127.0.0.1", port)
+    server = SparkConnectServer("127.0.0.1", endpoint.port if endpoint else 0)
     server.start(background=True)
     host, port = server.listening_address
-    url = f"sc://{host}:{port}" + (f"/;session_id={session_id}" if session_id else "")
+    url = endpoint.url if endpoint else f"sc://{host}:{port}"
     spark = (SparkSession.builder.remote(url)
              .config("spark.sql.warehouse.dir", str(warehouse))
              .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
@@ -111,6 +111,7 @@ CLASSIC_CONF = {
 }
 
 
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # Connect in a driver
 CONNECT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
@@ -185,8 +186,21 @@ def serve_session(config: "Config", port: int) -> tuple["SparkSession", Endpoint
     if config.engine not in ("local", "spark"):
         raise ConfigError(f"`lakehouse sql --serve` opens an endpoint for engines local and "
                           f"spark; engine {config.engine} has its own: attach to that")
+    check_port_free(port)
     endpoint = Endpoint(port, str(uuid.uuid4()) if config.engine == "local" else None)
     return get_spark(config, endpoint), endpoint
+
+
+def check_port_free(port: int) -> None:
+    """A clear error before the engine starts, rather than each engine's own."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port: got {port}, expected 1 to 65535")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError(f"--port {port}: cannot listen there ({exc.strerror}); "
+                              "choose another with --port") from exc
 
 
 def connect_session(url: str = "", conf: Mapping[str, str] | None = None) -> "SparkSession":

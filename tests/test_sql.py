@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -22,8 +23,8 @@ from pipelines.demo.run import DEMO_TABLES
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
 from pipelines.lake import Lake, read_delta
-from pipelines.sql.command import engine_message, query_text
-from pipelines.sql.output import as_csv, as_json, as_markdown, as_table
+from pipelines.sql.command import engine_message, query_text, run_query
+from pipelines.sql.output import csv_chunks, json_chunks, markdown_chunks, table_chunks
 from tests.conftest import fresh_database
 from tests.engines import CLASSIC_TEST_CONF
 from tests.verbs import change_after_snapshot, lakehouse, seeded
@@ -36,8 +37,13 @@ ROWS = [
 ]
 
 
+def text(chunks, rows) -> str:
+    """A format's whole output; rows arrive as a generator, as the engine streams them."""
+    return "".join(chunks(COLUMNS, (row for row in rows)))
+
+
 def test_the_table_format_is_aligned_with_numbers_right_and_a_row_count():
-    assert as_table(COLUMNS, ROWS) == (
+    assert text(table_chunks, ROWS) == (
         "id | name            |   hours | ratio | day        | at                  | note\n"
         "---+-----------------+---------+-------+------------+---------------------+-----\n"
         " 1 | Ada             | 12.5000 |  0.25 | 2026-01-05 | 2026-01-05T09:30:00 | NULL\n"
@@ -46,25 +52,26 @@ def test_the_table_format_is_aligned_with_numbers_right_and_a_row_count():
 
 
 def test_csv_quotes_what_needs_it_and_leaves_null_empty():
-    assert as_csv(COLUMNS, ROWS) == (
+    assert text(csv_chunks, ROWS) == (
         "id,name,hours,ratio,day,at,note\n"
         "1,Ada,12.5000,0.25,2026-01-05,2026-01-05T09:30:00,\n"
         '22,"say ""hi"", | bye",-3.0000,,,,True\n')
+    assert "".join(csv_chunks(["tags"], [(["a", "b"],)])) == 'tags\n"[""a"",""b""]"\n'
 
 
 def test_json_keeps_numbers_and_every_decimal_digit():
-    text = as_json(COLUMNS, ROWS)
-    assert text == (
+    output = text(json_chunks, ROWS)
+    assert output == (
         '[{"id":1,"name":"Ada","hours":12.5000,"ratio":0.25,"day":"2026-01-05",'
         '"at":"2026-01-05T09:30:00","note":null},\n'
         '{"id":22,"name":"say \\"hi\\", | bye","hours":-3.0000,"ratio":null,"day":null,'
         '"at":null,"note":true}]\n')
-    assert json.loads(text, parse_float=Decimal)[0]["hours"] == Decimal("12.5000")
-    assert as_json(COLUMNS, []) == "[]\n"
+    assert json.loads(output, parse_float=Decimal)[0]["hours"] == Decimal("12.5000")
+    assert text(json_chunks, []) == "[]\n"
 
 
 def test_markdown_escapes_pipes_and_right_aligns_numeric_columns():
-    assert as_markdown(COLUMNS, ROWS) == (
+    assert text(markdown_chunks, ROWS) == (
         "| id | name | hours | ratio | day | at | note |\n"
         "|---:|---|---:|---:|---|---|---|\n"
         "| 1 | Ada | 12.5000 | 0.25 | 2026-01-05 | 2026-01-05T09:30:00 | NULL |\n"
@@ -89,6 +96,20 @@ def test_the_engine_message_stops_before_the_plan_and_the_jvm_stack():
                       "'Project ['nope]\n+- 'UnresolvedRelation [users]\n\n"
                       "JVM stacktrace:\norg.apache.spark...")
     assert engine_message(error) == "[UNRESOLVED_COLUMN] `nope` cannot be resolved.; line 1 pos 7;"
+
+
+@pytest.mark.spark
+def test_tables_stop_at_the_limit_and_csv_streams_every_row(spark, capsys):
+    query = "SELECT id, id * 2 AS twice FROM range(5) ORDER BY id"
+    run_query(spark, query, "table", 3, sys.stdout)
+    table = capsys.readouterr()
+    run_query(spark, query, "csv", 3, sys.stdout)
+
+    assert table.out.splitlines()[2:] == [" 0 |     0", " 1 |     2", " 2 |     4", "(3 rows)"]
+    assert "the first 3 rows" in table.err
+    assert capsys.readouterr().out == "id,twice\n0,0\n1,2\n2,4\n3,6\n4,8\n"
+    with pytest.raises(ConfigError, match="the query failed"):
+        run_query(spark, "SELECT nope", "csv", 3, sys.stdout)
 
 
 # --- on a lake built by the pipeline's verbs ---------------------------------------------
@@ -182,19 +203,21 @@ for table in sys.argv[2:]:
 
 
 @pytest.mark.spark
-def test_serve_gives_spark_connect_clients_the_tables(sql_config, built):
+def test_serve_gives_spark_connect_clients_the_tables(sql_config, built, tmp_path):
     workdir = built[1]
     port = free_port()
+    log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "--config", str(sql_config), "-q", "sql",
-         "--serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         "--serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=log, text=True)
+    lines: list[str] = []  # read by a thread: a silent server must fail the test, not hang it
+    threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True).start()
     try:
-        lines = []
         deadline = time.monotonic() + 300
         while not any(line.startswith("attach") for line in lines):
-            assert time.monotonic() < deadline and server.poll() is None, server.stderr.read()
-            lines.append(server.stdout.readline())
+            assert time.monotonic() < deadline and server.poll() is None, \
+                (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(0.2)
         url = lines[0].removeprefix("Spark Connect endpoint: ").strip()
         assert url.startswith(f"sc://127.0.0.1:{port}")
         assert "lakehouse_gold.hours_per_project_per_day" in lines[1]

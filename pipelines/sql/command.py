@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from pipelines.errors import ConfigError, LakehouseError
 from pipelines.logs import quiet_query_context_loggers
-from pipelines.sql.output import FORMATS
+from pipelines.sql.output import FORMATS, STREAMED
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
+DEFAULT_LIMIT = 1000  # rows of an aligned table or a Markdown table
 REFRESH_SECONDS = 30.0  # a served session registers new tables this often
 
 
@@ -47,23 +47,31 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         help="the query (default: -f FILE, else standard input)")
     parser.add_argument("-f", "--file", type=Path, metavar="FILE",
                         help="read the query from FILE")
-    parser.add_argument("--format", choices=tuple(FORMATS), default="table",
+    parser.add_argument("--format", choices=tuple(FORMATS),
                         help="table: aligned, for people; csv, json (an array of objects) or "
-                        "markdown, for tools and documents (default: %(default)s)")
+                        "markdown, for tools and documents (default: table)")
+    parser.add_argument("--limit", type=int, metavar="N",
+                        help=f"at most N rows in a table or Markdown table (default: "
+                        f"{DEFAULT_LIMIT}); csv and json stream every row")
     parser.add_argument("--serve", action="store_true",
                         help="instead of a query: open a Spark Connect endpoint on localhost "
                         "with the tables registered, print its URL and serve until Ctrl-C "
                         "(engines local and spark)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help="the endpoint's port with --serve (default: %(default)s)")
+    parser.add_argument("--port", type=int,
+                        help=f"the endpoint's port with --serve (default: {DEFAULT_PORT})")
     parser.set_defaults(handler=handler)
 
 
 def handler(args: argparse.Namespace, config: "Config") -> int:
     if args.serve:
-        if args.query or args.file:
-            raise ConfigError("--serve takes no query")
-        return serve(config, args.port)
+        if args.query or args.file or args.format or args.limit is not None:
+            raise ConfigError("--serve takes no query, --format or --limit")
+        return serve(config, DEFAULT_PORT if args.port is None else args.port)
+    if args.port is not None:
+        raise ConfigError("--port: only with --serve")
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit
+    if limit < 1:
+        raise ConfigError(f"--limit: got {limit}, expected 1 or more")
     text = query_text(args.query, args.file)
     from pipelines.engine import get_spark
 
@@ -74,9 +82,7 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
         quiet_query_context_loggers()
     if config.engine != "databricks":  # Unity Catalog has them under their full names
         register_lake_tables(spark, config)
-    columns, rows = run_query(spark, text)
-    if columns:  # a statement without a result (SET, CREATE VIEW) prints nothing
-        sys.stdout.write(FORMATS[args.format](columns, rows))
+    run_query(spark, text, args.format or "table", limit, sys.stdout)
     return 0
 
 
@@ -101,22 +107,45 @@ def query_text(query: str | None, file: Path | None) -> str:
     return text
 
 
-def run_query(spark: "SparkSession", text: str) -> tuple[list[str], list[tuple]]:
-    """The query's column names and rows; the engine's message as a ConfigError."""
-    from pyspark.errors import PySparkException
-
+def run_query(spark: "SparkSession", text: str, output_format: str, limit: int,
+              out: IO[str]) -> None:
+    """Write the query's result to `out` in `output_format`: streamed for csv and json,
+    else its first `limit` rows (a note on stderr says when there were more). A
+    statement without a result (SET, CREATE VIEW) writes nothing. The engine's message
+    for a rejected query becomes a ConfigError."""
     try:
         df = spark.sql(text)
-        return list(df.columns), [tuple(row) for row in df.collect()]
-    except PySparkException as exc:
+        columns = list(df.columns)
+        if not columns:
+            return
+        if output_format in STREAMED:
+            rows = (tuple(row) for row in df.toLocalIterator())
+        else:
+            rows = [tuple(row) for row in df.limit(limit + 1).collect()]
+            if len(rows) > limit:
+                rows = rows[:limit]
+                print(f"lakehouse sql: the first {limit:,} rows (--limit N for more; "
+                      "--format csv or json streams every row)", file=sys.stderr)
+        for chunk in FORMATS[output_format](columns, rows):
+            out.write(chunk)
+    except engine_errors() as exc:
         raise ConfigError(f"the query failed: {engine_message(exc)}") from exc
+
+
+def engine_errors() -> tuple[type[Exception], ...]:
+    """What a rejected or failed query raises: PySpark's errors, and on classic Spark the
+    JVM's when PySpark cannot classify them (a failed stage, a missing file)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return PySparkException, Py4JJavaError
 
 
 def engine_message(exc: Exception) -> str:
     """The engine's own explanation, without the plan or JVM stack trace after it."""
     lines = []
     for line in str(exc).strip().splitlines():
-        if not line.strip() or line.startswith(("JVM stacktrace", "'", "+-", ":")):
+        if not line.strip() or line.startswith(("JVM stacktrace", "'", "+-", ":", "\tat ")):
             break
         lines.append(line)
     return "\n".join(lines[:10]) or type(exc).__name__
@@ -126,18 +155,18 @@ def register_lake_tables(spark: "SparkSession", config: "Config") -> list:
     """The lake's silver and gold tables under analysts' names in `spark`'s catalog."""
     from pipelines.sql.tables import lake_tables, register
 
-    return register(spark, lake_tables(config))
+    return register(spark, lake_tables(config), engine_errors())
 
 
 def serve(config: "Config", port: int) -> int:
     """Serve the tables on a Spark Connect endpoint until SIGINT or SIGTERM; the lake is
     listed again every REFRESH_SECONDS, so reports and tables built later appear too
     (and Sail's idle timeout never ends the shared session)."""
-    from pyspark.errors import PySparkException
+    from deltalake.exceptions import DeltaError
+    from obstore.exceptions import BaseError as ObstoreError
 
     from pipelines.engine import serve_session
 
-    check_port_free(port)
     spark, endpoint = serve_session(config, port)
     tables = register_lake_tables(spark, config)
     # After the engine starts: the in-process Sail server stops itself on SIGINT unless
@@ -153,21 +182,15 @@ def serve(config: "Config", port: int) -> int:
         try:
             for table in register_lake_tables(spark, config):
                 log.info("serving %s", table.name)
-        except PySparkException as exc:
-            raise LakehouseError(
-                f"the served session ended: {engine_message(exc)}. A client that calls "
-                "spark.stop() on a shared Sail session ends it for every client (docs/"
-                "sql.md); restart `lakehouse sql --serve`") from exc
+        except engine_errors() as exc:
+            if endpoint.session_id and endpoint.session_id in str(exc):
+                raise LakehouseError(
+                    f"the served session ended: {engine_message(exc)}. A client that calls "
+                    "spark.stop() on a shared Sail session ends it for every client "
+                    "(docs/sql.md); restart `lakehouse sql --serve`") from exc
+            log.warning("could not register new tables (trying again in %.0f s): %s",
+                        REFRESH_SECONDS, engine_message(exc))
+        except (OSError, DeltaError, ObstoreError) as exc:
+            log.warning("could not list the lake (trying again in %.0f s): %s",
+                        REFRESH_SECONDS, exc)
     return 0
-
-
-def check_port_free(port: int) -> None:
-    """A clear error before any engine starts, rather than each engine's own."""
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port: got {port}, expected 1 to 65535")
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise ConfigError(f"--port {port}: cannot listen there ({exc.strerror}); "
-                              "choose another with --port") from exc

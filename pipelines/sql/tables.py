@@ -48,10 +48,12 @@ def lake_tables(config: "Config") -> list[AnalystTable]:
     return tables
 
 
-def register(spark: "SparkSession", tables: list[AnalystTable]) -> list[AnalystTable]:
+def register(spark: "SparkSession", tables: list[AnalystTable],
+             engine_errors: tuple[type[Exception], ...]) -> list[AnalystTable]:
     """Create each table's schema and external table in the session catalog where
     missing; returns the tables it added (the catalog may hold them already: a served
-    session's catalog lives on)."""
+    session's catalog lives on). A table the engine cannot open (`engine_errors`: a
+    damaged log, say) is left out with a warning, so the others stay queryable."""
     known: dict[tuple[str, ...], set[str]] = {}
     added = []
     for table in tables:
@@ -62,9 +64,14 @@ def register(spark: "SparkSession", tables: list[AnalystTable]) -> list[AnalystT
                              spark.sql(f"SHOW TABLES IN {qualified(schema)}").collect()}
         if name in known[schema]:
             continue
-        uri = table.location.uri.replace("'", "\\'")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(table.parts)} USING delta "
-                  f"LOCATION '{uri}'")
+        uri = table.location.uri.replace("\\", "\\\\").replace("'", "\\'")
+        try:
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(table.parts)} USING delta "
+                      f"LOCATION '{uri}'")
+        except engine_errors as exc:
+            log.warning("%s is left out: the engine cannot open %s: %s", table.name,
+                        table.location, str(exc).strip().splitlines()[0][:300])
+            continue
         added.append(table)
     log.debug("registered %d table(s): %s", len(added), ", ".join(t.name for t in added))
     return added
