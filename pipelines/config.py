@@ -108,10 +108,13 @@ class DatabricksConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """The Prometheus endpoint of the long-running verbs (pipelines/metrics.py); no port:
-    none. `--metrics-port` overrides the port."""
+    """The Prometheus endpoints of the long-running verbs (pipelines/metrics.py): `port` is
+    the service's (`ingest`, or `run`), `silver_port` that of `silver --continuous`, so one
+    config serves both on one machine; no port: no endpoint. `--metrics-port` overrides
+    either; `backfill` (a one-off run) serves only on its flag."""
 
     port: int | None = None  # 1-65535
+    silver_port: int | None = None  # 1-65535
     address: str = "0.0.0.0"  # the interface to listen on; 127.0.0.1: this machine only
 
 
@@ -283,7 +286,7 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             expected = "a positive number"
-        elif f.name == "port":
+        elif f.name in ("port", "silver_port"):
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
             expected = "a port number from 1 to 65535"
         elif f.name == "jars":

@@ -1,5 +1,8 @@
 """Prometheus metrics of the long-running verbs (`ingest`, `backfill`, `silver --continuous`,
-`run`), served with prometheus_client when `--metrics-port` or `metrics.port` asks.
+`run`), served with prometheus_client when `--metrics-port` or the config asks:
+`metrics.port` for the service a config describes (`ingest`, or `run`: they never run
+together), `metrics.silver_port` for `silver --continuous`, the flag alone for a
+`backfill`, a one-off run beside them.
 
 What a process does itself it counts as it happens: changes landed in bronze, silver
 runs, backfill rows, errors. What holds whether or not anyone runs is read from its
@@ -203,18 +206,23 @@ BACKFILL = BackfillMetrics()
 # --- the endpoint -------------------------------------------------------------------------
 
 
-def add_port_argument(parser: argparse.ArgumentParser, when: str = "") -> None:
+def add_port_argument(parser: argparse.ArgumentParser, key: str | None = "port",
+                      when: str = "") -> None:
+    """--metrics-port, over the config's `metrics.<key>` (None: the flag alone)."""
+    default = f"default: metrics.{key}; none without either" if key else "none without it"
     parser.add_argument("--metrics-port", type=int, metavar="N",
                         help=f"{when}serve Prometheus metrics on http://HOST:N/metrics "
-                        "(default: metrics.port; none without either)")
+                        f"({default})")
 
 
-def serve(config: Config, port: int | None, *collectors: Collector,
+def serve(config: Config, port: int | None, *collectors: Collector, key: str | None = "port",
           registry: CollectorRegistry = REGISTRY) -> int | None:
-    """Start the endpoint on `port` (else metrics.port; neither: no endpoint) serving
-    `registry`, with these collectors added to REGISTRY; returns the port. A bad or busy
-    port is a ConfigError (exit 2)."""
-    port = config.metrics.port if port is None else port
+    """Start the endpoint on `port` (else the config's `metrics.<key>`, `port` or
+    `silver_port`; None: the flag alone; neither: no endpoint) serving `registry`, with
+    these collectors added to REGISTRY; returns the port. A bad or busy port is a
+    ConfigError (exit 2)."""
+    if port is None and key is not None:
+        port = getattr(config.metrics, key)
     if port is None:
         return None
     if not 0 < port < 65536:
@@ -226,9 +234,9 @@ def serve(config: Config, port: int | None, *collectors: Collector,
     try:
         start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
+        where = "--metrics-port" + (f" or metrics.{key}" if key else "")
         raise ConfigError(f"metrics port {port} on {address}: {exc.strerror} (another "
-                          "process listening there? choose another with --metrics-port "
-                          "or metrics.port)") from exc
+                          f"process listening there? choose another with {where})") from exc
     host = socket.gethostname() if address in ("0.0.0.0", "::") else address
     log.info("metrics: http://%s:%d/metrics", host, port)
     return port

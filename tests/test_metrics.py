@@ -65,13 +65,15 @@ def test_a_backfill_reports_its_rows_to_the_metrics(source_dsn, tmp_path):
                        "lakehouse_backfill_eta_seconds": 0.0}
 
 
-def test_metrics_port_key_is_checked_and_absent_by_default():
-    assert config().metrics.port is None
-    assert config(port=9187, address="127.0.0.1").metrics.port == 9187
-    for bad in (0, 70000, "9187x", True):
-        with pytest.raises(ConfigError, match="metrics.port: got .*, expected a port number "
-                                              "from 1 to 65535"):
-            config(port=bad)
+def test_metrics_port_keys_are_checked_and_absent_by_default():
+    assert config().metrics.port is None and config().metrics.silver_port is None
+    both = config(port=9187, silver_port=9188, address="127.0.0.1").metrics
+    assert (both.port, both.silver_port) == (9187, 9188)
+    for key in ("port", "silver_port"):
+        for bad in (0, 70000, "9187x", True):
+            with pytest.raises(ConfigError, match=f"metrics.{key}: got .*, expected a port "
+                                                  "number from 1 to 65535"):
+                config(**{key: bad})
     with pytest.raises(ConfigError, match="metrics.host: unknown setting"):
         config(host="x")
 
@@ -82,12 +84,27 @@ def test_no_port_no_endpoint_and_the_flag_overrides_the_key():
         serve(config(port=9187), 0)
 
 
+def test_each_verb_takes_its_own_key_and_the_backfill_none():
+    """An ingest on metrics.port, a silver loop on metrics.silver_port and a backfill
+    beside them, all with one config: only the ingest's endpoint is on metrics.port."""
+    with socket.socket() as taken:  # the running ingest's endpoint
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        shared = config(port=port, silver_port=port, address="127.0.0.1")
+        assert serve(shared, None, key=None) is None  # backfill: no endpoint, no clash
+        with pytest.raises(ConfigError, match="choose another with --metrics-port or "
+                                              "metrics.silver_port"):
+            serve(shared, None, key="silver_port")
+
+
 def test_a_busy_port_is_a_config_error():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(ConfigError, match=f"metrics port {port} on 127.0.0.1: .*in use"):
+        with pytest.raises(ConfigError, match=f"metrics port {port} on 127.0.0.1: .*in use"
+                                              ".*--metrics-port or metrics.port"):
             serve(config(address="127.0.0.1"), port)
 
 

@@ -42,12 +42,12 @@ def add_parser(verbs: Any) -> None:
                         "different (resyncs scheduled by `lakehouse recover` run without it)")
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="tables backfilled at the same time (default: backfill.parallel, 1)")
-    add_port_argument(parser)
+    add_port_argument(parser, key=None)  # a one-off run beside the service: no config key
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    serve(config, args.metrics_port, BACKFILL)
+    serve(config, args.metrics_port, BACKFILL, key=None)
     collect_rarely()
     options = BackfillOptions(
         tables=tuple(args.tables), restart=args.restart, resync=args.resync,

@@ -41,7 +41,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--rebuild", action="append", metavar="T", default=[],
                         help="replace this table's silver data with a rebuild from all of "
                         "bronze, e.g. after a type change (repeatable)")
-    add_port_argument(parser, when="with --continuous: ")
+    add_port_argument(parser, key="silver_port", when="with --continuous: ")
     parser.set_defaults(handler=run_command)
 
 
@@ -53,7 +53,8 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"--interval: got {args.interval}, expected a positive number "
                           "of seconds")
     if args.continuous:  # a single run is over before anyone scrapes it
-        serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config))
+        serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config),
+              key="silver_port")
     elif args.metrics_port is not None:
         raise ConfigError("--metrics-port: only with --continuous")
     spark = get_spark(config)
