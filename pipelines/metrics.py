@@ -68,11 +68,13 @@ LANDED_BYTES = Counter(
     "lakehouse_ingest_landed_bytes", "Bytes of the bronze rows the ingest committed, as "
     "Arrow holds them in memory (the ZSTD Parquet files are smaller).", registry=None)
 INGEST = (LANDED_CHANGES, LANDED_BYTES)
+# Errors a process lives through. One that ends it (the ingest's corrupt message or lost
+# slot) ends its endpoint too, so it is not counted: the endpoint going down says it.
 ERRORS = Counter(
-    "lakehouse_errors", "Errors by kind: source (unreachable, replication connection "
-    "lost), storage (the lake), data (corrupt or untypeable input), silver_table (a silver "
-    "table a run could not apply), unexpected (a silver/gold pass that failed and is "
-    "retried).", ["kind"])
+    "lakehouse_errors", "Errors the process went on after, by kind: source (unreachable, "
+    "replication connection lost, a scrape's slot query), storage (the lake), data (a "
+    "backfill chunk bronze cannot take), silver_table (a silver table a run could not "
+    "apply), unexpected (a silver/gold pass that failed and is retried).", ["kind"])
 for _kind in ERROR_KINDS:  # every kind exported from the start: rate() needs the zero
     ERRORS.labels(_kind)
 SILVER_RUN_SECONDS = Gauge(

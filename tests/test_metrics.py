@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake.exceptions import DeltaError
+from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
 
+from pipelines.backfill.bronze import SnapshotWriter
+from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
 from pipelines.errors import ConfigError
 from pipelines.metrics import BACKFILL, BackfillMetrics, eta_seconds, merge_samples, serve
@@ -63,6 +67,29 @@ def test_a_backfill_reports_its_rows_to_the_metrics(source_dsn, tmp_path):
     assert samples == {"lakehouse_backfill_rows_done": 120,
                        "lakehouse_backfill_rows_estimate": 120,
                        "lakehouse_backfill_eta_seconds": 0.0}
+
+
+@pytest.mark.postgres
+def test_a_backfill_table_that_cannot_write_the_lake_counts_a_storage_error(
+        source_dsn, tmp_path, monkeypatch):
+    """Exit 4 like a data error, but counted as what it is: the lake's."""
+    setup_source(source_dsn, "CREATE TABLE unwritten (id int PRIMARY KEY); "
+                 "INSERT INTO unwritten SELECT generate_series(1, 10)", ["public.unwritten"])
+
+    def fail(*args, **kwargs):
+        raise DeltaError("the store refused the commit")
+
+    monkeypatch.setattr(SnapshotWriter, "append", fail)
+    before = {kind: errors(kind) for kind in ("storage", "data")}
+    [result] = run_backfill(make_config(source_dsn, tmp_path / "lake", ["public.unwritten"]),
+                            BackfillOptions())
+    assert result.status == "failed" and result.error.exit_code == 4
+    assert errors("storage") == before["storage"] + 1
+    assert errors("data") == before["data"]
+
+
+def errors(kind: str) -> float:
+    return REGISTRY.get_sample_value("lakehouse_errors_total", {"kind": kind})
 
 
 def test_metrics_port_keys_are_checked_and_absent_by_default():

@@ -192,7 +192,7 @@ class TableBackfill:
         except (LakehouseError, psycopg.Error, DeltaError, OSError) as exc:
             error = _as_lakehouse_error(exc, self.table)
             log.debug("backfill of %s failed", self.table, exc_info=True)
-            count_error(error_kind(error))
+            count_error(error_kind(exc))  # the lake's errors are storage, not the exit 4 data
             if progress is not None:
                 BACKFILL.finish(self.table, done=False)
                 self._mark_failed(progress, str(error))
