@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
-from pipelines.errors import LakehouseError
 from pipelines.lake import Lake
 from pipelines.metrics import add_port_argument, serve_pipeline, watch_ingest
 from pipelines.passes import FailedPasses
@@ -111,17 +110,20 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace, config: Config) -> int:
     from pipelines.engine import get_spark
 
-    overrides = list(args.overrides) + serve_pipeline(config, args.metrics_port)
-    spark = get_spark(config)
-    # After the engine starts: the in-process Sail server stops itself on SIGINT unless
-    # our handlers replace its own, and the last silver pass still needs it.
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    ingest = IngestProcess(args.config, overrides)
-    watch_ingest(lambda: ingest.running)
+    overrides = serve_pipeline(config, args.metrics_port)
+    # Started before the engine, right after its metrics port was chosen (so nothing else
+    # takes the port meanwhile); stopped if the engine cannot start.
+    ingest = IngestProcess(args.config, list(args.overrides) + overrides)
+    if overrides:
+        watch_ingest(lambda: ingest.running)
     try:
+        spark = get_spark(config)
+        # After the engine starts: the in-process Sail server stops itself on SIGINT unless
+        # our handlers replace its own, and the last silver pass still needs it.
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         return run_pipeline(config, ingest, spark, stop)
-    except LakehouseError:
+    except BaseException:
         ingest.stop()
         raise

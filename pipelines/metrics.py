@@ -232,7 +232,7 @@ def serve(config: Config, port: int | None, *collectors: Collector, key: str | N
                           "65535")
     address = config.metrics.address
     for collector in collectors:
-        REGISTRY.register(collector)
+        _register(collector)
     try:
         start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
@@ -244,25 +244,49 @@ def serve(config: Config, port: int | None, *collectors: Collector, key: str | N
     return port
 
 
+def _register(collector: Collector) -> None:
+    """Add `collector` to REGISTRY, in place of one with the same metric names that an
+    earlier endpoint of this process registered (a second demo in one process, tests):
+    registering those names twice raises."""
+    names = frozenset(family.name for family in collector.describe())
+    before = _SERVED.get(names)
+    if before is collector:
+        return
+    if before is not None:
+        REGISTRY.unregister(before)
+    REGISTRY.register(collector)
+    _SERVED[names] = collector
+
+
+_SERVED: dict[frozenset[str], Collector] = {}
+
+
 def serve_pipeline(config: Config, port: int | None) -> list[str]:
     """The endpoint of a process that runs silver beside an ingest child (`run`, `demo`):
     silver's figures, the slot and the lake, and the child's counters (see the module
-    docstring). Returns the config overrides that give the child its loopback endpoint
-    (none without an endpoint)."""
+    docstring). Returns the config overrides that give the child its loopback endpoint;
+    none without an endpoint. Start the child at once: until it listens, another process
+    may take its port."""
     from pipelines.embedded_pg import free_port
     from pipelines.metrics_collectors import LakeCollector, SlotCollector  # they import this
 
-    child_port = free_port()
-    if serve(config, port, *SILVER, SlotCollector(config), LakeCollector(config),
-             registry=with_ingest_child(child_port)) is None:
+    if port is None:
+        port = config.metrics.port
+    if port is None:
         return []
+    child_port = free_port()
+    serve(config, port, *SILVER, INGEST_UP, SlotCollector(config), LakeCollector(config),
+          registry=with_ingest_child(child_port))
     return [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
+
+
+INGEST_UP = Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` "
+                  "runs, else 0.", registry=None)
 
 
 def watch_ingest(running: Callable[[], bool]) -> None:
     """`lakehouse_ingest_up`, for `run`: only it knows whether its ingest runs."""
-    Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` runs, "
-          "else 0.").set_function(lambda: 1 if running() else 0)
+    INGEST_UP.set_function(lambda: 1 if running() else 0)
 
 
 def with_ingest_child(child_port: int) -> CollectorRegistry:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,10 @@ from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
 from pipelines.errors import ConfigError
-from pipelines.metrics import BACKFILL, BackfillMetrics, eta_seconds, merge_samples, serve
+from pipelines import metrics
+from pipelines.embedded_pg import free_port
+from pipelines.metrics import (BACKFILL, BackfillMetrics, eta_seconds, merge_samples, serve,
+                               serve_pipeline, watch_ingest)
 from tests.backfill.conftest import backfill, make_config, setup_source
 
 
@@ -143,6 +147,37 @@ def test_port_errors_exit_2_before_any_work(tmp_path):
                                  *args], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         assert "--metrics-port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_no_endpoint_asked_no_port_for_the_ingest_child(monkeypatch):
+    def no_port() -> int:
+        raise AssertionError("a port chosen without an endpoint")
+
+    monkeypatch.setattr("pipelines.embedded_pg.free_port", no_port)
+    assert serve_pipeline(config(), None) == []
+
+
+def test_the_pipelines_endpoint_can_be_served_twice_in_one_process(tmp_path):
+    """A second demo in one process (a notebook, tests): the same names registered again
+    replace the first endpoint's collectors instead of raising 'Duplicated timeseries'."""
+    refused = parse_config({"source": {"dsn": "host=127.0.0.1 port=1 connect_timeout=1"},
+                            "lake": {"path": str(tmp_path / "lake")},
+                            "metrics": {"address": "127.0.0.1"}}, tmp_path, {})
+    try:
+        for up in (True, False):
+            port = free_port()
+            overrides = serve_pipeline(refused, port)
+            assert overrides[0].startswith("metrics.port=") and overrides[0] != \
+                f"metrics.port={port}"
+            watch_ingest(lambda: up)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                        timeout=30) as reply:
+                text = reply.read().decode()
+            assert f"lakehouse_ingest_up {float(up)}" in text
+    finally:  # the slot collector of a source that refuses: not for later tests
+        for collector in set(metrics._SERVED.values()):
+            REGISTRY.unregister(collector)
+        metrics._SERVED.clear()
 
 
 def test_run_sums_a_series_both_processes_count():

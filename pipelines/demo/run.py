@@ -106,9 +106,12 @@ def run_demo(options: DemoOptions) -> int:
         # must not point the demo's ingest at (and consume) that database's slot.
         env = {k: v for k, v in os.environ.items() if k not in (DSN_ENV, CONFIG_ENV)}
         overrides = serve_pipeline(config, options.metrics_port)
+        # At once: until the child listens on the port just chosen, another process may
+        # take it (the `finally` stops the child if the engine cannot start).
         ingest = IngestProcess(workdir / "lakehouse.yml", overrides,
                                output=(workdir / "ingest.log").open("a"), env=env)
-        watch_ingest(lambda: ingest.running)
+        if overrides:
+            watch_ingest(lambda: ingest.running)
         spark = get_spark(config)
         concurrent_phase(config, spark, options, timings)
         timings.freshness = probe_freshness(config, spark)
