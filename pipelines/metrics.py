@@ -29,10 +29,8 @@ import argparse
 import logging
 import socket
 import threading
-import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 import psycopg
@@ -48,8 +46,9 @@ from prometheus_client.samples import Sample
 from pipelines.config import Config
 from pipelines.errors import ConfigError, DataError, SourceError, StorageError
 
-if TYPE_CHECKING:  # Spark's modules: not for the ingest and the backfill
-    from pipelines.silver.job import SilverRunReport
+if TYPE_CHECKING:
+    from pipelines.backfill.progress import TableProgress  # it imports this module
+    from pipelines.silver.job import SilverRunReport  # Spark's: not for ingest, backfill
 
 log = logging.getLogger(__name__)
 
@@ -120,25 +119,6 @@ def record_silver_run(report: SilverRunReport) -> None:
 # --- backfill progress --------------------------------------------------------------------
 
 
-def eta_seconds(done: int, estimate: int | None, rows_this_run: int,
-                elapsed: float) -> float | None:
-    """Seconds until `estimate` rows are done at this run's rate; None without an
-    estimate or before the run has a rate (the first chunk)."""
-    if not estimate or rows_this_run <= 0 or elapsed <= 0:
-        return None
-    return max(0, estimate - done) * elapsed / rows_this_run
-
-
-@dataclass
-class _TableBackfill:
-    estimate: int | None
-    rows_before: int  # done by earlier runs of the same backfill
-    started: float
-    rows: int = 0  # done by this run
-    finished: bool = False  # this run ended ...
-    complete: bool = False  # ... with the table done
-
-
 def gauge_families(helps: Mapping[str, str], labels: list[str],
                    values: Mapping[str, list[tuple[list[str], float]]]) -> Iterator[Metric]:
     """A gauge family per name in `helps` with its (label values, value) samples in
@@ -151,8 +131,9 @@ def gauge_families(helps: Mapping[str, str], labels: list[str],
 
 
 class BackfillMetrics(Collector):
-    """Rows done, the row estimate and the ETA per table, as the table jobs report them
-    (start, advance, finish: the calls that drive the progress display)."""
+    """Rows done, the row estimate and the ETA per table, read at each scrape from the
+    records the backfill's progress tracker keeps (pipelines.backfill.progress): one
+    bookkeeping and one rate for the bars, the log lines and the metrics."""
 
     HELP = {
         "lakehouse_backfill_rows_done": "Rows of the table's backfill done so far (all "
@@ -164,41 +145,29 @@ class BackfillMetrics(Collector):
         "interrupted run.",
     }
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._tables: dict[str, _TableBackfill] = {}
-        self._lock = threading.Lock()  # table jobs run in parallel threads
+    def __init__(self) -> None:
+        self._tables: dict[str, TableProgress] = {}
+        self._lock = threading.Lock()  # table jobs start in parallel threads
 
-    def start(self, table: str, estimate: int | None, rows_before: int = 0) -> None:
+    def track(self, table: TableProgress) -> None:
+        """Serve this table's record (in place of an earlier run's)."""
         with self._lock:
-            self._tables[table] = _TableBackfill(estimate, rows_before, self.clock())
-
-    def advance(self, table: str, rows: int) -> None:
-        with self._lock:
-            self._tables[table].rows += rows
-
-    def finish(self, table: str, done: bool) -> None:
-        """The table's run ended; `done`: the table is complete (ETA 0)."""
-        with self._lock:
-            self._tables[table].finished = True
-            self._tables[table].complete = done
+            self._tables[table.table] = table
 
     def describe(self) -> Iterator[Metric]:
         return gauge_families(self.HELP, ["table"], {})
 
     def collect(self) -> Iterator[Metric]:
         values: dict[str, list] = {name: [] for name in self.HELP}
-        now = self.clock()
         with self._lock:
-            for name, t in self._tables.items():
-                done = t.rows_before + t.rows
-                values["lakehouse_backfill_rows_done"].append(([name], done))
-                if t.estimate:
-                    values["lakehouse_backfill_rows_estimate"].append(([name], t.estimate))
-                left = (0.0 if t.complete else None if t.finished
-                        else eta_seconds(done, t.estimate, t.rows, now - t.started))
-                if left is not None:
-                    values["lakehouse_backfill_eta_seconds"].append(([name], left))
+            tables = list(self._tables.values())
+        for t in tables:
+            values["lakehouse_backfill_rows_done"].append(([t.table], t.done))
+            if t.estimate:
+                values["lakehouse_backfill_rows_estimate"].append(([t.table], t.estimate))
+            left = t.eta()
+            if left is not None:
+                values["lakehouse_backfill_eta_seconds"].append(([t.table], left))
         return gauge_families(self.HELP, ["table"], values)
 
 

@@ -1,7 +1,8 @@
-"""The metrics' pure parts: the backfill ETA, the config key, port errors, run's merge."""
+"""The metrics' parts: the backfill ETA, the config keys, port errors, serving, run's merge."""
 
 from __future__ import annotations
 
+import io
 import socket
 import subprocess
 import sys
@@ -12,15 +13,17 @@ import pytest
 from deltalake.exceptions import DeltaError
 from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
+from rich.console import Console
 
+from pipelines import metrics
 from pipelines.backfill.bronze import SnapshotWriter
+from pipelines.backfill.progress import ProgressDisplay, eta_seconds
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
-from pipelines.errors import ConfigError
-from pipelines import metrics
 from pipelines.embedded_pg import free_port
-from pipelines.metrics import (BACKFILL, BackfillMetrics, eta_seconds, merge_samples, serve,
-                               serve_pipeline, watch_ingest)
+from pipelines.errors import ConfigError
+from pipelines.metrics import (BACKFILL, BackfillMetrics, merge_samples, serve, serve_pipeline,
+                               watch_ingest)
 from tests.backfill.conftest import backfill, make_config, setup_source
 
 
@@ -41,11 +44,14 @@ def test_eta_is_the_rows_left_at_this_runs_rate(done, estimate, rows, elapsed, e
 
 
 def test_backfill_metrics_per_table_and_eta_zero_once_done():
+    """The metrics read the progress display's records: the bars' numbers."""
     now = [0.0]
-    backfill = BackfillMetrics(clock=lambda: now[0])
-    backfill.start("public.a", 1000, rows_before=100)
-    backfill.start("public.b", None)
-    backfill.advance("public.a", 200)
+    backfill = BackfillMetrics()
+    display = ProgressDisplay(Console(file=io.StringIO()), tty=False, metrics=backfill,
+                              clock=lambda: now[0])
+    display.start("public.a", 1000, rows_before=100)
+    display.start("public.b", None)
+    display.advance("public.a", 200)
     now[0] = 4.0
     samples = {(s.name, s.labels["table"]): s.value
                for family in backfill.collect() for s in family.samples}
@@ -53,8 +59,10 @@ def test_backfill_metrics_per_table_and_eta_zero_once_done():
                        ("lakehouse_backfill_rows_done", "public.b"): 0,
                        ("lakehouse_backfill_rows_estimate", "public.a"): 1000,
                        ("lakehouse_backfill_eta_seconds", "public.a"): 14.0}  # 700 at 50/s
-    backfill.finish("public.a", done=True)
-    backfill.finish("public.b", done=False)  # interrupted: no ETA
+    assert display.line("public.a") == ("public.a  300 / ~1,000 rows  30%  50 rows/s  "
+                                        "ETA 14s")  # the same rate and ETA on screen
+    display.finish("public.a", "done")
+    display.finish("public.b", "interrupted")  # no ETA
     eta = {s.labels["table"]: s.value for family in backfill.collect()
            if family.name == "lakehouse_backfill_eta_seconds" for s in family.samples}
     assert eta == {"public.a": 0.0}

@@ -36,7 +36,7 @@ from pipelines.bronze.watermarks import Snapshot, Watermark
 from pipelines.config import SourceConfig
 from pipelines.errors import DataError, LakehouseError, SourceError
 from pipelines.lake import Lake
-from pipelines.metrics import BACKFILL, count_error, error_kind
+from pipelines.metrics import count_error, error_kind
 from pipelines.source.connection import connect
 from pipelines.source.text_format import with_text_format
 
@@ -173,7 +173,6 @@ class TableBackfill:
                                        total_rows=done_before.rows_done)
                 progress = _Progress(self.store, state)
                 self.display.start(self.table, state.rows_estimate, state.rows_done)
-                BACKFILL.start(self.table, state.rows_estimate, state.rows_done)
                 finished = self._pipeline(reader, writer, progress)
                 if finished and state.resync:
                     # After the last high watermark: silver deletes from here what the
@@ -184,7 +183,6 @@ class TableBackfill:
                     progress.end(DONE)
                 status = DONE if finished else "interrupted"
                 self.display.finish(self.table, status)
-                BACKFILL.finish(self.table, done=finished)
                 return TableResult(self.table, status, state.backfill_id,
                                    progress.state.rows_done - state.rows_done,
                                    progress.state.chunks_done - state.chunks_done,
@@ -193,16 +191,15 @@ class TableBackfill:
             error = _as_lakehouse_error(exc, self.table)
             log.debug("backfill of %s failed", self.table, exc_info=True)
             count_error(error_kind(exc))  # the lake's errors are storage, not the exit 4 data
-            if progress is not None:
-                BACKFILL.finish(self.table, done=False)
-                self._mark_failed(progress, str(error))
+            if progress is not None:  # the bar first: recording the failure may fail too
                 self.display.finish(self.table, FAILED)
+                self._mark_failed(progress, str(error))
             return TableResult(self.table, FAILED, progress and progress.state.backfill_id,
                                seconds=time.monotonic() - started, error=error)
         except BaseException as exc:
             if progress is not None:
-                self._mark_failed(progress, f"{type(exc).__name__}: {exc}")
                 self.display.finish(self.table, FAILED)
+                self._mark_failed(progress, f"{type(exc).__name__}: {exc}")
             raise
 
     def _lock_table(self, conn: psycopg.Connection) -> None:
@@ -390,8 +387,7 @@ class TableBackfill:
                 progress.chunk_done(read, persist)
                 if persist:
                     saved = time.monotonic()
-                self.display.advance(self.table, read.batch.num_rows)
-                BACKFILL.advance(self.table, read.batch.num_rows)
+                self.display.advance(self.table, read.batch.num_rows)  # bars and metrics
                 if read.last:
                     return True
             del item, group, read  # the reader may fill the freed slots while this loop waits
