@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import socket
 import subprocess
@@ -15,7 +16,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
 from rich.console import Console
 
-from pipelines import metrics
+from pipelines import continuous, metrics
 from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.progress import ProgressDisplay, eta_seconds
 from pipelines.backfill.runner import BackfillOptions, run_backfill
@@ -186,6 +187,30 @@ def test_the_pipelines_endpoint_can_be_served_twice_in_one_process(tmp_path):
         for collector in set(metrics._SERVED.values()):
             REGISTRY.unregister(collector)
         metrics._SERVED.clear()
+
+
+def test_run_starts_its_ingest_before_the_engine_and_stops_it_if_the_engine_fails(
+        monkeypatch):
+    events = []
+
+    class Child:
+        def __init__(self, config_path, overrides):
+            events.append(("child", list(overrides)))
+
+        def stop(self):
+            events.append(("child stopped",))
+
+    def no_engine(config):
+        events.append(("engine",))
+        raise ConfigError("no engine here")
+
+    monkeypatch.setattr(continuous, "IngestProcess", Child)
+    monkeypatch.setattr("pipelines.engine.get_spark", no_engine)
+    args = argparse.Namespace(config="lakehouse.yml", overrides=["ingest.batch_rows=5"],
+                              metrics_port=None)
+    with pytest.raises(ConfigError, match="no engine here"):
+        continuous._run(args, config())
+    assert events == [("child", ["ingest.batch_rows=5"]), ("engine",), ("child stopped",)]
 
 
 def test_run_sums_a_series_both_processes_count():
