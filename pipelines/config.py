@@ -267,6 +267,14 @@ def _reject_unknown(values: Mapping[str, Any], cls: type, prefix: str) -> None:
                               f"{', '.join(sorted(known))}")
 
 
+PORTS = "a port number from 1 to 65535"
+
+
+def is_port(value: object) -> bool:
+    """A TCP port a server can listen on (the metrics endpoint, `sql --serve`)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
 def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
     """Build a section dataclass, checking each value against its default's type."""
     _reject_unknown(values, cls, f"{name}.")
@@ -287,8 +295,7 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             expected = "a positive number"
         elif f.name in ("port", "silver_port"):
-            ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
-            expected = "a port number from 1 to 65535"
+            ok, expected = is_port(value), PORTS
         elif f.name == "jars":
             ok = isinstance(value, list) and all(isinstance(j, str) and j for j in value)
             expected = "a list of jar paths"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from pipelines import storage
+from pipelines.config import PORTS, is_port
 from pipelines.errors import ConfigError
 from pipelines.extras import check_engine
 
@@ -193,8 +194,8 @@ def serve_session(config: "Config", port: int) -> tuple["SparkSession", Endpoint
 
 def check_port_free(port: int) -> None:
     """A clear error before the engine starts, rather than each engine's own."""
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port: got {port}, expected 1 to 65535")
+    if not is_port(port):
+        raise ConfigError(f"--port: got {port}, expected {PORTS}")
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))

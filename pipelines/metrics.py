@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from pipelines.config import Config
+from pipelines.config import PORTS, Config, is_port
 from pipelines.errors import ConfigError, DataError, SourceError, StorageError
 
 if TYPE_CHECKING:
@@ -196,9 +196,8 @@ def serve(config: Config, port: int | None, *collectors: Collector, key: str | N
         port = getattr(config.metrics, key)
     if port is None:
         return None
-    if not 0 < port < 65536:
-        raise ConfigError(f"--metrics-port: got {port}, expected a port number from 1 to "
-                          "65535")
+    if not is_port(port):
+        raise ConfigError(f"--metrics-port: got {port}, expected {PORTS}")
     address = config.metrics.address
     for collector in collectors:
         _register(collector)
