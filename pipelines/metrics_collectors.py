@@ -21,9 +21,9 @@ from prometheus_client.registry import Collector
 
 from pipelines.config import Config
 from pipelines.ingest.lsn import parse_lsn
-from pipelines.lake import Lake, read_delta
+from pipelines.lake import Lake
 from pipelines.metrics import count_error, gauge_families
-from pipelines.status import query_slot
+from pipelines.status import commit_time, query_slot, silver_progress_rows
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class LakeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             bronze_at = self._bronze_commit_time()
-            silver = self._silver_progress()
+            silver = silver_progress_rows(self.lake)
         except (OSError, DeltaError) as exc:
             log.debug("metrics: cannot read the lake: %s", exc)
             count_error("storage")
@@ -132,12 +132,5 @@ class LakeCollector(Collector):
         if not where.exists():
             return None
         # Only the log: listing bronze's files would cost a scrape more the older it gets.
-        table = DeltaTable(where.uri, storage_options=where.delta_options, without_files=True)
-        millis = table.history(1)[0]["timestamp"]
-        return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-
-    def _silver_progress(self) -> list[dict]:
-        where = self.lake.silver_progress
-        if not where.exists():
-            return []
-        return [row for row in read_delta(where).to_pylist() if row["table_name"] != "*"]
+        return commit_time(DeltaTable(where.uri, storage_options=where.delta_options,
+                                      without_files=True))

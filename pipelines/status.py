@@ -79,20 +79,25 @@ def lake_status(config: Config) -> LakeStatus:
     newest = pc.max(files.column("max.commit_ts")).as_py() if files.num_rows else None
     progress = read_progress(lake.bronze_changes, config.source.slot,
                              Registry(lake).current(config.source.slot))
-    silver = {}
-    progress_path = lake.silver_progress
-    if progress_path.exists():
-        for row in read_delta(progress_path).to_pylist():
-            if row["table_name"] != "*":
-                silver[row["table_name"]] = {
-                    "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
-                    "last_run_at": row["updated_at"], "error": row["error"]}
-    gold = {report: _commit_time(lake.gold(report).open())
+    silver = {row["table_name"]: {
+        "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
+        "last_run_at": row["updated_at"], "error": row["error"]}
+        for row in silver_progress_rows(lake)}
+    gold = {report: commit_time(lake.gold(report).open())
             for report in lake.delta_tables("gold")}
-    return LakeStatus(_commit_time(bronze), newest, format_lsn(progress.end_lsn), silver, gold)
+    return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver, gold)
 
 
-def _commit_time(table: DeltaTable) -> datetime:
+def silver_progress_rows(lake: Lake) -> list[dict]:
+    """Silver's progress per table (not the "*" row of the scan), read with delta-rs."""
+    where = lake.silver_progress
+    if not where.exists():
+        return []
+    return [row for row in read_delta(where).to_pylist() if row["table_name"] != "*"]
+
+
+def commit_time(table: DeltaTable) -> datetime:
+    """When the table's last Delta commit was made."""
     millis = table.history(1)[0]["timestamp"]
     return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
 
