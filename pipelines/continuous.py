@@ -20,7 +20,8 @@ from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.lake import Lake
-from pipelines.metrics import add_port_argument, serve_pipeline, watch_ingest
+from pipelines.metrics import add_port_argument, watch_ingest
+from pipelines.metrics_collectors import serve_pipeline
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 

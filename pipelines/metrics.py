@@ -229,25 +229,6 @@ def _register(collector: Collector) -> None:
 _SERVED: dict[frozenset[str], Collector] = {}
 
 
-def serve_pipeline(config: Config, port: int | None) -> list[str]:
-    """The endpoint of a process that runs silver beside an ingest child (`run`, `demo`):
-    silver's figures, the slot and the lake, and the child's counters (see the module
-    docstring). Returns the config overrides that give the child its loopback endpoint;
-    none without an endpoint. Start the child at once: until it listens, another process
-    may take its port."""
-    from pipelines.embedded_pg import free_port
-    from pipelines.metrics_collectors import LakeCollector, SlotCollector  # they import this
-
-    if port is None:
-        port = config.metrics.port
-    if port is None:
-        return []
-    child_port = free_port()
-    serve(config, port, *SILVER, INGEST_UP, SlotCollector(config), LakeCollector(config),
-          registry=with_ingest_child(child_port))
-    return [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]
-
-
 INGEST_UP = Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` "
                   "runs, else 0.", registry=None)
 

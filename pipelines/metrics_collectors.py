@@ -17,12 +17,15 @@ import psycopg
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from prometheus_client.metrics_core import Metric
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.registry import Collector
 
 from pipelines.config import Config
 from pipelines.ingest.lsn import parse_lsn
 from pipelines.lake import Lake
-from pipelines.metrics import count_error, gauge_families
+from pipelines.embedded_pg import free_port
+from pipelines.metrics import (INGEST_UP, SILVER, count_error, gauge_families, serve,
+                               with_ingest_child)
 from pipelines.status import commit_time, query_slot, silver_progress_rows
 
 log = logging.getLogger(__name__)
@@ -134,3 +137,26 @@ class LakeCollector(Collector):
         # Only the log: listing bronze's files would cost a scrape more the older it gets.
         return commit_time(DeltaTable(where.uri, storage_options=where.delta_options,
                                       without_files=True))
+
+
+def serve_service(config: Config, port: int | None, *metrics: Collector,
+                  key: str = "port", registry: CollectorRegistry = REGISTRY) -> int | None:
+    """pipelines.metrics.serve for a long-running verb: its own `metrics` beside the slot
+    and the lake, which every such endpoint serves (read at each scrape)."""
+    return serve(config, port, *metrics, SlotCollector(config), LakeCollector(config),
+                 key=key, registry=registry)
+
+
+def serve_pipeline(config: Config, port: int | None) -> list[str]:
+    """The endpoint of a process that runs silver beside an ingest child (`run`, `demo`):
+    silver's figures, the slot and the lake, and the child's counters (see
+    pipelines.metrics' docstring). Returns the config overrides that give the child its
+    loopback endpoint; none without an endpoint. Start the child at once: until it
+    listens, another process may take its port."""
+    if port is None:
+        port = config.metrics.port
+    if port is None:
+        return []
+    child_port = free_port()
+    serve_service(config, port, *SILVER, INGEST_UP, registry=with_ingest_child(child_port))
+    return [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]

@@ -23,8 +23,8 @@ from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
-from pipelines.metrics import (BACKFILL, BackfillMetrics, merge_samples, serve, serve_pipeline,
-                               watch_ingest)
+from pipelines.metrics import BACKFILL, BackfillMetrics, merge_samples, serve, watch_ingest
+from pipelines.metrics_collectors import serve_pipeline
 from tests.backfill.conftest import backfill, make_config, setup_source
 
 
@@ -162,7 +162,7 @@ def test_no_endpoint_asked_no_port_for_the_ingest_child(monkeypatch):
     def no_port() -> int:
         raise AssertionError("a port chosen without an endpoint")
 
-    monkeypatch.setattr("pipelines.embedded_pg.free_port", no_port)
+    monkeypatch.setattr("pipelines.metrics_collectors.free_port", no_port)
     assert serve_pipeline(config(), None) == []
 
 

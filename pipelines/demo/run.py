@@ -37,7 +37,8 @@ from pipelines.extras import check_engine
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
-from pipelines.metrics import serve_pipeline, watch_ingest
+from pipelines.metrics import watch_ingest
+from pipelines.metrics_collectors import serve_pipeline
 from pipelines.silver.job import run_silver
 from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup

@@ -9,8 +9,8 @@ from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.ingest.lsn import format_lsn, parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
-from pipelines.metrics import INGEST, add_port_argument, serve
-from pipelines.metrics_collectors import LakeCollector, SlotCollector
+from pipelines.metrics import INGEST, add_port_argument
+from pipelines.metrics_collectors import serve_service
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _lsn(text: str) -> int:
 
 
 def _run(args: argparse.Namespace, config: Config) -> int:
-    serve(config, args.metrics_port, *INGEST, SlotCollector(config), LakeCollector(config))
+    serve_service(config, args.metrics_port, *INGEST)
     collect_rarely()
     stop = StopRequested()
     stop.install_signal_handlers()

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Callable
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
-from pipelines.metrics import SILVER, add_port_argument, serve
-from pipelines.metrics_collectors import LakeCollector, SlotCollector
+from pipelines.metrics import SILVER, add_port_argument
+from pipelines.metrics_collectors import serve_service
 from pipelines.passes import FailedPasses
 
 if TYPE_CHECKING:  # the CLI imports every verb module: keep Spark out of its start-up
@@ -53,8 +53,7 @@ def run_command(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"--interval: got {args.interval}, expected a positive number "
                           "of seconds")
     if args.continuous:  # a single run is over before anyone scrapes it
-        serve(config, args.metrics_port, *SILVER, SlotCollector(config), LakeCollector(config),
-              key="silver_port")
+        serve_service(config, args.metrics_port, *SILVER, key="silver_port")
     elif args.metrics_port is not None:
         raise ConfigError("--metrics-port: only with --continuous")
     spark = get_spark(config)
