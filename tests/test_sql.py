@@ -234,3 +234,21 @@ def test_serve_gives_spark_connect_clients_the_tables(sql_config, built, tmp_pat
         server.send_signal(2)  # Ctrl-C
         code = server.wait(120)
     assert code == 0
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    config = tmp_path / "lakehouse.yml"
+    config.write_text(yaml.safe_dump({"source": {"dsn": "host=127.0.0.1 port=1"},
+                                      "lake": {"path": str(tmp_path / "lake")},
+                                      "engine": "local"}))
+    query = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "--config", str(config), "sql", "--format",
+         "csv", "SELECT id FROM range(1000000)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert query.stdout.readline() == b"id\n"
+    query.stdout.close()  # as `| head -1` does
+    code = query.wait(120)
+
+    stderr = query.stderr.read().decode()
+    assert code == 141, stderr[-2000:]
+    assert "lakehouse sql:" not in stderr  # no error of its own, no "lake storage error"

@@ -119,13 +119,15 @@ def run_query(spark: "SparkSession", text: str, output_format: str, limit: int,
         if not columns:
             return
         if output_format in STREAMED:
-            rows = (tuple(row) for row in df.toLocalIterator())
-        else:
-            rows = [tuple(row) for row in df.limit(limit + 1).collect()]
-            if len(rows) > limit:
-                rows = rows[:limit]
-                print(f"lakehouse sql: the first {limit:,} rows (--limit N for more; "
-                      "--format csv or json streams every row)", file=sys.stderr)
+            for chunk in FORMATS[output_format](
+                    columns, (tuple(row) for row in df.toLocalIterator())):
+                out.write(chunk)
+            return
+        rows = [tuple(row) for row in df.limit(limit + 1).collect()]
+        if len(rows) > limit:
+            rows = rows[:limit]
+            print(f"lakehouse sql: the first {limit:,} rows (--limit N for more; "
+                  "--format csv or json streams every row)", file=sys.stderr)
         for chunk in FORMATS[output_format](columns, rows):
             out.write(chunk)
     except engine_errors() as exc:
