@@ -192,6 +192,15 @@ def serve_session(config: "Config", port: int) -> tuple["SparkSession", Endpoint
     return get_spark(config, endpoint), endpoint
 
 
+def query_errors() -> tuple[type[Exception], ...]:
+    """What a rejected or failed query raises: PySpark's errors, and on classic Spark the
+    JVM's when PySpark cannot classify them (a failed stage, a missing file)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return PySparkException, Py4JJavaError
+
+
 def check_port_free(port: int) -> None:
     """A clear error before the engine starts, rather than each engine's own."""
     if not is_port(port):

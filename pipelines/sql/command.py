@@ -11,6 +11,10 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from deltalake.exceptions import DeltaError
+from obstore.exceptions import BaseError as ObstoreError
+
+from pipelines.engine import get_spark, query_errors, serve_session
 from pipelines.errors import ConfigError, LakehouseError
 from pipelines.logs import quiet_query_context_loggers
 from pipelines.sql.output import FORMATS, STREAMED
@@ -73,8 +77,6 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
     if limit < 1:
         raise ConfigError(f"--limit: got {limit}, expected 1 or more")
     text = query_text(args.query, args.file)
-    from pipelines.engine import get_spark
-
     if not args.verbose:  # one question, one answer: the engine's start-up line is noise
         logging.getLogger("pipelines").setLevel(logging.WARNING)
     spark = get_spark(config)
@@ -130,17 +132,8 @@ def run_query(spark: "SparkSession", text: str, output_format: str, limit: int,
                   "--format csv or json streams every row)", file=sys.stderr)
         for chunk in FORMATS[output_format](columns, rows):
             out.write(chunk)
-    except engine_errors() as exc:
+    except query_errors() as exc:
         raise ConfigError(f"the query failed: {engine_message(exc)}") from exc
-
-
-def engine_errors() -> tuple[type[Exception], ...]:
-    """What a rejected or failed query raises: PySpark's errors, and on classic Spark the
-    JVM's when PySpark cannot classify them (a failed stage, a missing file)."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    return PySparkException, Py4JJavaError
 
 
 def engine_message(exc: Exception) -> str:
@@ -157,18 +150,13 @@ def register_lake_tables(spark: "SparkSession", config: "Config") -> list:
     """The lake's silver and gold tables under analysts' names in `spark`'s catalog."""
     from pipelines.sql.tables import lake_tables, register
 
-    return register(spark, lake_tables(config), engine_errors())
+    return register(spark, lake_tables(config))
 
 
 def serve(config: "Config", port: int) -> int:
     """Serve the tables on a Spark Connect endpoint until SIGINT or SIGTERM; the lake is
     listed again every REFRESH_SECONDS, so reports and tables built later appear too
     (and Sail's idle timeout never ends the shared session)."""
-    from deltalake.exceptions import DeltaError
-    from obstore.exceptions import BaseError as ObstoreError
-
-    from pipelines.engine import serve_session
-
     spark, endpoint = serve_session(config, port)
     tables = register_lake_tables(spark, config)
     # After the engine starts: the in-process Sail server stops itself on SIGINT unless
@@ -184,7 +172,7 @@ def serve(config: "Config", port: int) -> int:
         try:
             for table in register_lake_tables(spark, config):
                 log.info("serving %s", table.name)
-        except engine_errors() as exc:
+        except query_errors() as exc:
             if endpoint.session_id and endpoint.session_id in str(exc):
                 raise LakehouseError(
                     f"the served session ended: {engine_message(exc)}. A client that calls "

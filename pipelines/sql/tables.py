@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipelines.catalog import CatalogSchemas, TableNames, qualified, readable
+from pipelines.engine import query_errors
 from pipelines.lake import Lake, TableLocation
 
 if TYPE_CHECKING:
@@ -48,12 +49,11 @@ def lake_tables(config: "Config") -> list[AnalystTable]:
     return tables
 
 
-def register(spark: "SparkSession", tables: list[AnalystTable],
-             engine_errors: tuple[type[Exception], ...]) -> list[AnalystTable]:
+def register(spark: "SparkSession", tables: list[AnalystTable]) -> list[AnalystTable]:
     """Create each table's schema and external table in the session catalog where
     missing; returns the tables it added (the catalog may hold them already: a served
-    session's catalog lives on). A table the engine cannot open (`engine_errors`: a
-    damaged log, say) is left out with a warning, so the others stay queryable."""
+    session's catalog lives on). A table the engine cannot open (a damaged log, say) is
+    left out with a warning, so the others stay queryable."""
     known: dict[tuple[str, ...], set[str]] = {}
     added = []
     for table in tables:
@@ -68,7 +68,7 @@ def register(spark: "SparkSession", tables: list[AnalystTable],
         try:
             spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(table.parts)} USING delta "
                       f"LOCATION '{uri}'")
-        except engine_errors as exc:
+        except query_errors() as exc:
             log.warning("%s is left out: the engine cannot open %s: %s", table.name,
                         table.location, str(exc).strip().splitlines()[0][:300])
             continue
