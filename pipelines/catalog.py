@@ -170,6 +170,18 @@ class TableNames:
                 for group in by_target.values() if len(group) > 1 for name in group}
 
 
+def silver_names(lake: Lake) -> dict[str, tuple[str, str]]:
+    """The lake's silver tables by the name analysts use in a catalog (users,
+    sales_orders) -> (schema, table). A name two tables would share is left out: silver
+    refuses to build such a pair (TableNames.silver_clashes)."""
+    names: dict[str, list[tuple[str, str]]] = {}
+    for schema in lake.children("silver"):
+        for table in lake.delta_tables("silver", schema):
+            names.setdefault(unity_table_name(silver_table_name(schema, table)), []).append(
+                (schema, table))
+    return {name: pairs[0] for name, pairs in names.items() if len(pairs) == 1}
+
+
 def create_schema_sql(table: TableRef) -> str:
     """The statement creating a catalog table's schema when it is missing."""
     if not table.namespace:

@@ -107,6 +107,15 @@ class DatabricksConfig:
 
 
 @dataclass(frozen=True)
+class GoldConfig:
+    """Where the user's gold reports are (pipelines/gold/definitions.py): a directory of
+    `<report>.sql` files, absolute after loading (relative to the config file). None: no
+    reports, so `run` and `silver_gold` have no gold step."""
+
+    reports: str | None = None
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     """The Prometheus endpoints of the long-running verbs (pipelines/metrics.py): `port` is
     the service's (`ingest`, or `run`), `silver_port` that of `silver --continuous`, so one
@@ -131,6 +140,7 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     connect: ConnectConfig = field(default_factory=ConnectConfig)
     databricks: DatabricksConfig = field(default_factory=DatabricksConfig)
+    gold: GoldConfig = field(default_factory=GoldConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
@@ -209,6 +219,7 @@ def parse_config(raw: Any, base_dir: Path, environ: Mapping[str, str]) -> Config
         connect=_connect(_mapping(top.get("connect", {}), "connect")),
         databricks=_section(DatabricksConfig, _mapping(top.get("databricks", {}), "databricks"),
                             "databricks"),
+        gold=_gold(_mapping(top.get("gold", {}), "gold"), base_dir),
         metrics=_section(MetricsConfig, _mapping(top.get("metrics", {}), "metrics"), "metrics"),
     )
 
@@ -234,6 +245,26 @@ def _lake(values: Mapping[str, Any], base_dir: Path, engine: str) -> LakeConfig:
         local = Path(path).expanduser()
         path = str(local if local.is_absolute() else (base_dir / local).resolve())
     return LakeConfig(path, storage.check_storage_options(lake.storage_options))
+
+
+def _gold(values: Mapping[str, Any], base_dir: Path) -> GoldConfig:
+    """The reports directory made absolute against `base_dir`. It must exist: a typo would
+    otherwise mean a pipeline that silently builds no gold. Its files are read by the verbs
+    that build gold, so a bad report never stops `ingest` or `setup`."""
+    gold = _section(GoldConfig, values, "gold")
+    if gold.reports is None:
+        return gold
+    if not isinstance(gold.reports, str) or not gold.reports:
+        raise ConfigError(f"gold.reports: got {gold.reports!r}, expected a directory of "
+                          "<report>.sql files")
+    if storage.store_kind(gold.reports):
+        raise ConfigError(f"gold.reports: got {gold.reports!r}; reports are files shipped "
+                          "with the config, expected a local directory")
+    directory = Path(gold.reports).expanduser()
+    directory = directory if directory.is_absolute() else (base_dir / directory).resolve()
+    if not directory.is_dir():
+        raise ConfigError(f"gold.reports: {directory} is not a directory")
+    return GoldConfig(str(directory))
 
 
 def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:

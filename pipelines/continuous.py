@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
-from pipelines.lake import Lake
 from pipelines.metrics import add_port_argument, watch_ingest
 from pipelines.metrics_collectors import serve_pipeline
 from pipelines.passes import FailedPasses
@@ -79,9 +78,8 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
 
 
 def apply_once(config: Config, spark) -> SilverRunReport:
-    """One silver run, then gold if silver changed a table."""
-    from pipelines.gold.io import gold_io_for  # Spark's modules: not needed for --help
-    from pipelines.gold.run import run_gold
+    """One silver run, then gold (when reports are configured) if silver changed a table."""
+    from pipelines.gold.run import run_configured_gold  # Spark's modules: not for --help
     from pipelines.silver.job import run_silver
 
     silver = run_silver(config, spark)
@@ -89,11 +87,11 @@ def apply_once(config: Config, spark) -> SilverRunReport:
     for failed in silver.failed:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
-        gold = run_gold(spark, Lake.from_config(config), io=gold_io_for(config, spark))
+        gold = run_configured_gold(spark, config)
         changes = sum(t.inserts + t.updates + t.deletes for t in changed)
-        log.info("silver applied %d table(s) in %.2f s (%d bronze changes); gold %d "
-                 "report(s) in %.2f s", len(changed), silver.seconds, changes,
-                 len(gold.written), gold.seconds)
+        log.info("silver applied %d table(s) in %.2f s (%d bronze changes)%s", len(changed),
+                 silver.seconds, changes, "" if gold is None else
+                 f"; gold {len(gold.written)} report(s) in {gold.seconds:.2f} s")
     return silver
 
 

@@ -201,6 +201,16 @@ def query_errors() -> tuple[type[Exception], ...]:
     return PySparkException, Py4JJavaError
 
 
+def engine_message(exc: Exception) -> str:
+    """The engine's own explanation, without the plan or JVM stack trace after it."""
+    lines = []
+    for line in str(exc).strip().splitlines():
+        if not line.strip() or line.startswith(("JVM stacktrace", "'", "+-", ":", "\tat ")):
+            break
+        lines.append(line)
+    return "\n".join(lines[:10]) or type(exc).__name__
+
+
 def check_port_free(port: int) -> None:
     """A clear error before the engine starts, rather than each engine's own."""
     if not is_port(port):

@@ -235,10 +235,8 @@ def test_the_schema_of_a_catalog_table_is_created_if_missing(databricks, local):
 def test_gold_io_and_maintenance_follow_the_engine(databricks, local):
     unity, paths = gold_io_for(databricks, None), gold_io_for(local, None)
     assert isinstance(unity, TableGoldIO) and unity.names == TableNames.from_config(databricks)
-    assert unity.silver_location("time_entries") == "main.lakehouse_silver.time_entries"
     assert unity.report_location("active_users_per_day") == \
         "main.lakehouse_gold.active_users_per_day"
-    assert paths.silver_location("time_entries") == f"{VOLUME}/silver/public/time_entries"
     assert paths.report_location("active_users_per_day") == f"{VOLUME}/gold/active_users_per_day"
     assert isinstance(maintenance_for(databricks, None), DatabricksMaintenance)
     assert isinstance(maintenance_for(local, None), LocalMaintenance)

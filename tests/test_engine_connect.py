@@ -12,8 +12,7 @@ import secrets
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_TABLES
-from pipelines.gold.reports import REPORT_NAMES
+from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
 from tests.connect_servers import start_sail, start_spark_connect
 from tests.verbs import change_after_snapshot, lakehouse, seeded
@@ -41,7 +40,8 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
     seeded(source_dsn)
     lake = tmp_path / "lake"
     settings = {"source": {"dsn": source_dsn, "tables": DEMO_TABLES},
-                "lake": {"path": str(lake)}, "engine": "connect"}
+                "lake": {"path": str(lake)}, "engine": "connect",
+                "gold": {"reports": str(DEMO_REPORTS)}}
     config = tmp_path / "lakehouse.yml"
     config.write_text(yaml.safe_dump({**settings, "connect": {"url": server.url}}))
     remote = tmp_path / "remote.yml"  # PySpark's own variable stands in for connect.url
@@ -63,7 +63,7 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
     assert f"Spark Connect server {server.url}" in verified.stderr
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
-    for report in REPORT_NAMES:
+    for report in (p.stem for p in DEMO_REPORTS.glob("*.sql")):
         assert read_delta(Lake.of(str(lake)).gold(report)).num_rows > 0, report
     hours = read_delta(Lake.of(str(lake)).gold("hours_per_project_per_day")).num_rows
     assert counted.stdout == f"n\n{hours}\n"  # the tables are registered on the server

@@ -32,7 +32,7 @@ from tests.verbs import change_after_snapshot, seeded
 pytestmark = [pytest.mark.install, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[1]
 CORE = {"deltalake", "obstore", "psycopg", "pyarrow", "numpy", "pyyaml", "rich",
-        "prometheus-client", "python-json-logger"}
+        "prometheus-client", "python-json-logger", "sqlglot"}
 
 
 @pytest.fixture(scope="module")

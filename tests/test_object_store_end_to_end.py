@@ -16,10 +16,9 @@ import psycopg
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_TABLES
+from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
-from pipelines.gold.reports import REPORT_NAMES
 from pipelines.lake import Lake, read_delta
 from pipelines.storage import SECRET_VARIABLES
 from tests.engines import CLASSIC_TEST_CONF
@@ -56,7 +55,8 @@ def make_config(tmp_path, dsn: str, store: StoreServer, engine: str) -> Lakehous
         "source": {"dsn": dsn, "tables": DEMO_TABLES},
         "lake": {"path": store.new_lake(), "storage_options": store.storage_options},
         "engine": engine, "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
-        "ingest": {"batch_seconds": 0.2}, "backfill": {"chunk_size": 200}}))
+        "ingest": {"batch_seconds": 0.2}, "backfill": {"chunk_size": 200},
+        "gold": {"reports": str(DEMO_REPORTS)}}))
     return Lakehouse(path)
 
 
@@ -127,7 +127,7 @@ def test_the_pipeline_on_s3_survives_kills_and_verifies(source_dsn, tmp_path, s3
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
     status = lakehouse("status")
-    for report in REPORT_NAMES:
+    for report in (p.stem for p in DEMO_REPORTS.glob("*.sql")):
         assert f"gold {report}: refreshed" in status.stdout
     lakehouse("-v", "status", "--json")
     assert_no_secret_in(lakehouse.output)

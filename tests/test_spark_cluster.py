@@ -13,8 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_TABLES
-from pipelines.gold.reports import REPORT_NAMES
+from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
 from tests.standalone import StandaloneCluster
 from tests.verbs import change_after_snapshot, lakehouse, seeded
@@ -39,7 +38,7 @@ def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path
     config.write_text(yaml.safe_dump({
         "source": {"dsn": source_dsn, "tables": DEMO_TABLES},
         "lake": {"path": lake_url, "storage_options": s3.storage_options},
-        "engine": "spark",
+        "engine": "spark", "gold": {"reports": str(DEMO_REPORTS)},
         "spark": {"master": cluster.url, "conf": {  # generated code on: the engine's default
             "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2",
             "spark.driver.host": "127.0.0.1",
@@ -57,7 +56,7 @@ def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path
     for table in DEMO_TABLES:
         assert f"{table}: equal" in verified.stdout
     lake = Lake.of(lake_url, s3.storage_options)
-    for report in REPORT_NAMES:
+    for report in (p.stem for p in DEMO_REPORTS.glob("*.sql")):
         assert read_delta(lake.gold(report)).num_rows > 0, report
     assert not (tmp_path / "lake").exists()
     # Both workers' executors ran tasks of these jobs, in their own work directories.

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_TABLES
+from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
 from pipelines.lake import Lake, read_delta
@@ -124,7 +124,8 @@ def built(pg_server, tmp_path_factory):
         config = workdir / "build.yml"
         config.write_text(yaml.safe_dump({
             "source": {"dsn": dsn, "tables": DEMO_TABLES},
-            "lake": {"path": str(workdir / "lake")}, "engine": "local"}))
+            "lake": {"path": str(workdir / "lake")}, "engine": "local",
+            "gold": {"reports": str(DEMO_REPORTS)}}))
         for verb in (["setup"], ["backfill"]):
             lakehouse(config, *verb)
         change_after_snapshot(dsn)

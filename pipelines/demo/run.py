@@ -34,7 +34,9 @@ from pipelines.demo.workload import run_workload
 from pipelines.embedded_pg import EmbeddedPostgres, server_dir_for
 from pipelines.engine import get_spark
 from pipelines.extras import check_engine
+from pipelines.gold.definitions import configured_reports
 from pipelines.gold.display import format_gold_reports
+from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
 from pipelines.metrics import watch_ingest
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 DEMO_PORT = 54329
 DEMO_DB = "timetracking"
+DEMO_REPORTS = Path(__file__).parent / "gold"  # the demo's gold reports, shipped in the package
 DEMO_TABLES = ["public.users", "public.clients", "public.projects", "public.project_members",
                "public.time_entries", "public.scratch"]
 
@@ -122,7 +125,8 @@ def run_demo(options: DemoOptions) -> int:
         run_silver(config, spark)
         timings.phase("catch-up and final silver", since)
         since = time.monotonic()
-        gold = run_gold(spark, Lake.from_config(config))
+        reports, gold_io = configured_reports(config), gold_io_for(config, spark)
+        gold = run_gold(spark, gold_io, reports)
         timings.phase("gold", since)
         since = time.monotonic()
         diffs = run_verify(config, spark, wait_seconds=30)
@@ -130,7 +134,7 @@ def run_demo(options: DemoOptions) -> int:
         if ingest.stop() != 0:
             log.warning("the ingest exited with %s: see ingest.log", ingest.process.returncode)
 
-        print_results(format_gold_reports(spark, Lake.from_config(config), limit=5),
+        print_results(format_gold_reports(spark, gold_io, reports, limit=5),
                       format_diffs(diffs), summary(config, timings, sum(gold.rows.values())))
         return 0 if all(d.equal for d in diffs) else 1
     finally:
@@ -207,6 +211,7 @@ def write_config(workdir: Path, dsn: str, engine: str = "local") -> Config:
         "engine": engine,
         "ingest": {"batch_seconds": 0.5, "status_interval_seconds": 5},
         "backfill": {"chunk_size": 5000},
+        "gold": {"reports": str(DEMO_REPORTS)},
     }, sort_keys=False))
     return load_config(path, environ={})
 

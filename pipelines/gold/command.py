@@ -1,45 +1,52 @@
-"""`lakehouse gold`: rebuild the gold report tables from silver (one full recompute)."""
+"""`lakehouse gold`: rebuild the user's gold reports (`gold.reports`) from silver."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from pipelines.gold.reports import REPORT_NAMES, REPORTS
-
 if TYPE_CHECKING:
     from pipelines.config import Config
 
-MISSING_SILVER_EXIT = 2  # a report asked for by name could not be built yet
+SKIPPED_EXIT = 2  # a report could not be built: a table it reads is missing
 
 
 def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    reports = "\n".join(f"  {spec.name}: {spec.description}" for spec in REPORTS.values())
     parser = verbs.add_parser(
         "gold", help="rebuild the gold report tables from silver",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Recompute the gold report aggregates with Spark SQL over the silver\n"
-        "tables and overwrite each report's Delta table: <lake>/gold/<report>, or\n"
-        "<databricks.catalog>.<databricks.gold_schema>.<report> with engine databricks.\n"
-        "Prints one line per report. A report whose silver tables do not exist is skipped\n"
-        "with a warning (exit 0: the source may simply not have those tables); with\n"
-        "--report, a skipped report is an error (exit 2: run `lakehouse silver` first).\n\n"
-        f"reports:\n{reports}")
+        description="Run each report of the config's gold.reports directory (one\n"
+        "<report>.sql file each, docs/gold.md) with Spark SQL over the silver tables and\n"
+        "other reports, in dependency order, and overwrite the report's Delta table:\n"
+        "<lake>/gold/<report>, or <databricks.catalog>.<databricks.gold_schema>.<report>\n"
+        "with engine databricks. Prints one line per report.\n\n"
+        "exit 2: a report file is wrong (named in the message), or a report was skipped\n"
+        "because a table it reads does not exist yet; exit 4: a value does not fit a\n"
+        "report's column type (nothing of that report is written).")
     parser.add_argument("--report", dest="reports", metavar="NAME", action="extend",
-                        nargs="+", choices=REPORT_NAMES,
-                        help="only these reports (repeatable; default: all)")
+                        nargs="+", help="only these reports (repeatable; default: all); "
+                        "the reports they read are used as they are")
+    parser.add_argument("--full", action="store_true",
+                        help="take the columns of reports without a `-- columns:` header "
+                        "from their query again, instead of keeping the existing table's")
     parser.set_defaults(handler=handler)
 
 
 def handler(args: argparse.Namespace, config: "Config") -> int:
     from pipelines.engine import get_spark
+    from pipelines.gold.definitions import configured_reports
     from pipelines.gold.io import gold_io_for
     from pipelines.gold.run import run_gold
-    from pipelines.lake import Lake
 
+    definitions = configured_reports(config)  # a bad file: exit 2 before the engine starts
+    if definitions is None:
+        print("no gold reports configured: set gold.reports to a directory of "
+              "<report>.sql files (docs/gold.md)")
+        return 0
+    definitions.select(args.reports)
     spark = get_spark(config)
-    result = run_gold(spark, Lake.from_config(config), args.reports,
-                      io=gold_io_for(config, spark))
+    result = run_gold(spark, gold_io_for(config, spark), definitions, args.reports,
+                      full=args.full)
     for run in result.runs:
         print(run.summary())
-    return MISSING_SILVER_EXIT if result.skipped and args.reports else 0
+    return SKIPPED_EXIT if result.skipped else 0

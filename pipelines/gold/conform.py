@@ -14,8 +14,8 @@ from typing import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.errors import DataError
-from pipelines.gold.reports import Column
+from pipelines.errors import ConfigError, DataError
+from pipelines.gold.definitions import Column
 
 ROWS = "_rows"
 
@@ -34,7 +34,8 @@ def cast_failure_counts(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
     return df.agg(F.count(F.lit(1)).alias(ROWS), *lost)
 
 
-def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -> int:
+def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str,
+                        where: str = "its columns: header") -> int:
     """Rows of `df` (one Spark action); DataError if a declared cast would produce NULLs."""
     counts = cast_failure_counts(df, columns).collect()[0].asDict()
     rows = counts.pop(ROWS)
@@ -44,13 +45,22 @@ def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -
         detail = ", ".join(f"{name} -> {types[name]}: {n} value(s)" for name, n in bad.items())
         raise DataError(
             f"gold report {report}: values do not fit the declared schema ({detail}); "
-            "nothing was written. Widen the column type in pipelines/gold/reports.py or "
-            "fix the report SQL")
+            f"nothing was written. Widen the column type in {where} or fix the report SQL")
     return rows
+
+
+def inferred_columns(df: DataFrame) -> tuple[Column, ...]:
+    """The columns of `df` as a report declares them: (name, Spark SQL type)."""
+    columns = tuple((f.name, f.dataType.simpleString()) for f in df.schema.fields)
+    untyped = [name for name, type_ in columns if type_ in ("void", "null")]
+    if untyped:
+        raise ConfigError(f"column(s) {', '.join(untyped)} have no type (a bare NULL): "
+                          "cast them in the SQL or declare them in a `-- columns:` header")
+    return columns
 
 
 def _check_names(df: DataFrame, columns: Sequence[Column]) -> None:
     declared = [name for name, _ in columns]
-    if sorted(df.columns) != sorted(declared):
-        raise ValueError(f"report columns {df.columns} do not match the declared schema "
-                         f"{declared}")
+    if sorted(c.lower() for c in df.columns) != sorted(c.lower() for c in declared):
+        raise ConfigError(f"the query's columns ({', '.join(df.columns)}) are not the declared "
+                          f"ones ({', '.join(declared)})")

@@ -7,10 +7,8 @@ from typing import Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.catalog import TableNames
-from pipelines.gold.io import GoldIO, TableGoldIO
-from pipelines.gold.reports import ReportSpec, select_reports
-from pipelines.lake import Lake
+from pipelines.gold.definitions import Report, ReportSet
+from pipelines.gold.io import GoldIO
 from pipelines.terminal import format_table
 
 
@@ -27,27 +25,25 @@ def format_report(df: DataFrame, limit: int = 10) -> str:
     return "\n".join(out)
 
 
-def sorted_for_display(df: DataFrame, spec: ReportSpec) -> DataFrame:
-    """The report in its display order (latest period first)."""
+def sorted_for_display(df: DataFrame, report: Report) -> DataFrame:
+    """The report in its header's display order (the demo's: latest period first)."""
     keys = []
-    for item in spec.display_order:
+    for item in report.display_order:
         name, _, direction = item.partition(" ")
         keys.append(F.col(name).desc_nulls_last() if direction == "desc"
                     else F.col(name).asc_nulls_last())
     return df.orderBy(*keys)
 
 
-def format_gold_reports(spark: SparkSession, lake: Lake,
-                        reports: Iterable[str] | None = None, limit: int = 10,
-                        *, io: GoldIO | None = None) -> str:
+def format_gold_reports(spark: SparkSession, io: GoldIO, definitions: ReportSet,
+                        reports: Iterable[str] | None = None, limit: int = 10) -> str:
     """Every selected gold table, titled and formatted; tables not built yet are named as such."""
-    io = io or TableGoldIO(spark, TableNames(lake))
     blocks = []
-    for spec in select_reports(reports):
-        title = f"== {spec.name}: {spec.description}"
-        if not io.report_exists(spec.name):
+    for report in definitions.select(reports):
+        title = f"== {report.name}" + (f": {report.description}" if report.description else "")
+        if not io.report_exists(report.name):
             blocks.append(f"{title}\n(not built yet: run `lakehouse gold`)")
             continue
-        table = sorted_for_display(io.read_report(spark, spec.name), spec)
+        table = sorted_for_display(io.read_report(spark, report.name), report)
         blocks.append(f"{title}\n{format_report(table, limit)}")
     return "\n\n".join(blocks)

@@ -1,40 +1,36 @@
-"""The edges of the gold job: silver tables in as temp views, report tables out.
+"""The edges of the gold job: the tables a report reads, in as temp views; reports out.
 
 Everything else in pipelines.gold is SQL text or DataFrame -> DataFrame. `TableGoldIO`
-reads and writes the tables where pipelines.catalog puts them: Delta paths under the
-lake on the local engines, Unity Catalog tables on Databricks (`spark.table`,
-`saveAsTable`). The report SQL stays the same because it only names views.
+finds tables where pipelines.catalog puts them: Delta paths under the lake on the local
+engines, Unity Catalog tables on Databricks (`spark.table`, `saveAsTable`). A report's
+SQL names tables as analysts do (`lakehouse_silver.users`); each name becomes a temp
+view of the table it means (`_lh_silver__users`), so the same text runs on every engine.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.catalog import TableNames, ensure_schema, read_table, save_table, table_exists
-from pipelines.gold.reports import SILVER_SCHEMA
+from pipelines.catalog import (TableNames, TableRef, ensure_schema, read_table, save_table,
+                               silver_names, table_exists)
 from pipelines.lake import trim_log
 
 if TYPE_CHECKING:
     from pipelines.config import Config
+    from pipelines.gold.definitions import Report
 
 log = logging.getLogger(__name__)
 
 
 class GoldIO(Protocol):
-    """Where silver is read from and gold is written to."""
+    """Where a report's tables are read from and its own table is written to."""
 
-    def silver_location(self, table: str) -> str:
-        """The silver table's name or path, for messages."""
-
-    def silver_exists(self, table: str) -> bool:
-        """Whether the silver table exists."""
-
-    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
-        """The silver table as a DataFrame."""
+    def silver_table(self, name: str) -> TableRef | None:
+        """The silver table analysts call `<silver_schema>.<name>`; None when missing."""
 
     def report_location(self, report: str) -> str:
         """The gold table's name or path."""
@@ -56,16 +52,14 @@ class TableGoldIO:
 
     spark: SparkSession
     names: TableNames
-    schema: str = SILVER_SCHEMA
 
-    def silver_location(self, table: str) -> str:
-        return str(self.names.silver(self.schema, table))
-
-    def silver_exists(self, table: str) -> bool:
-        return table_exists(self.spark, self.names.silver(self.schema, table))
-
-    def read_silver(self, spark: SparkSession, table: str) -> DataFrame:
-        return read_table(spark, self.names.silver(self.schema, table))
+    def silver_table(self, name: str) -> TableRef | None:
+        if self.names.schemas is not None:  # a catalog table has the analysts' name
+            schemas = self.names.schemas
+            table = TableRef(parts=(schemas.catalog, schemas.silver, name))
+            return table if table_exists(self.spark, table) else None
+        found = silver_names(self.names.lake).get(name)
+        return None if found is None else self.names.silver(*found)
 
     def report_location(self, report: str) -> str:
         return str(self.names.gold(report))
@@ -74,8 +68,8 @@ class TableGoldIO:
         return table_exists(self.spark, self.names.gold(report))
 
     def write_report(self, df: DataFrame, report: str) -> None:
-        # overwriteSchema: a report whose declared schema changed replaces the old table;
-        # on a catalog table this is one Delta commit that keeps the table and its history
+        # overwriteSchema: a report whose columns changed replaces the old table; on a
+        # catalog table this is one Delta commit that keeps the table and its history
         target = self.names.gold(report)
         ensure_schema(self.spark, target)
         save_table(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
@@ -92,14 +86,37 @@ def gold_io_for(config: "Config", spark: SparkSession) -> TableGoldIO:
     return TableGoldIO(spark, TableNames.from_config(config))
 
 
-def register_silver_views(spark: SparkSession, io: GoldIO,
-                          tables: Iterable[str]) -> tuple[str, ...]:
-    """Register each existing silver table as a temp view of its own name; return the missing."""
-    missing = []
-    for table in tables:
-        if not io.silver_exists(table):
-            missing.append(table)
+def view_name(schema_kind: str, name: str) -> str:
+    """The temp view standing for a silver table or report in a report's SQL."""
+    return f"_lh_{schema_kind}__{name}"
+
+
+def register_inputs(spark: SparkSession, io: GoldIO, report: "Report", silver_schema: str,
+                    gold_schema: str) -> tuple[dict[tuple[str, str], str], list[str]]:
+    """A temp view for each table `report` reads. Returns the name -> view map for
+    Report.rewritten, and the tables that are missing, in words; when one is missing,
+    nothing is registered."""
+    frames: dict[tuple[str, str], tuple[str, DataFrame]] = {}
+    missing: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for table in report.tables:
+        if table.parts in seen:
             continue
-        io.read_silver(spark, table).createOrReplaceTempView(table)
-        log.debug("view %s -> %s", table, io.silver_location(table))
-    return tuple(missing)
+        seen.add(table.parts)
+        if table.schema == silver_schema.lower():
+            ref = io.silver_table(table.name)
+            if ref is None:
+                missing.append(f"{silver_schema}.{table.name}")
+                continue
+            frames[table.parts] = (view_name("silver", table.name), read_table(spark, ref))
+        elif not io.report_exists(table.name):
+            missing.append(f"{gold_schema}.{table.name}")
+        else:
+            frames[table.parts] = (view_name("gold", table.name),
+                                   io.read_report(spark, table.name))
+    if missing:
+        return {}, missing
+    for view, df in frames.values():
+        df.createOrReplaceTempView(view)
+        log.debug("view %s for gold %s", view, report.name)
+    return {parts: view for parts, (view, _) in frames.items()}, []

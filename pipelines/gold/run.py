@@ -1,7 +1,10 @@
-"""`run_gold`: rebuild the selected gold reports from silver, one Delta overwrite each.
+"""`run_gold`: rebuild the selected reports from silver, one Delta overwrite each.
 
-A full recompute per run: every report is a small aggregate of the current silver rows
-(see docs/gold.md for how that scales and what an incremental version would do).
+Reports run in dependency order, so one that reads another sees it rebuilt in the same
+run; a report whose inputs are missing, or that reads a report skipped in this run, is
+skipped with the reason. Every report is checked before anything of it is written: the
+engine accepts its SQL, the query has the declared (or previously inferred) columns, and
+every value fits its type.
 """
 
 from __future__ import annotations
@@ -9,15 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.catalog import TableNames
-from pipelines.gold.conform import conform_to_schema, validated_row_count
-from pipelines.gold.io import GoldIO, TableGoldIO, register_silver_views
-from pipelines.gold.reports import ReportSpec, select_reports
-from pipelines.lake import Lake
+from pipelines.engine import engine_message, query_errors
+from pipelines.errors import ConfigError
+from pipelines.gold.conform import conform_to_schema, inferred_columns, validated_row_count
+from pipelines.gold.definitions import Column, Report, ReportSet, configured_reports
+from pipelines.gold.io import GoldIO, gold_io_for, register_inputs
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,7 @@ class ReportRun:
 
 @dataclass(frozen=True)
 class GoldReport:
-    """The outcome of one `run_gold`: a ReportRun per selected report, in catalogue order."""
+    """The outcome of one `run_gold`: a ReportRun per selected report, in run order."""
 
     runs: tuple[ReportRun, ...]
     seconds: float
@@ -60,49 +66,112 @@ class GoldReport:
         return {r.report: r.rows for r in self.written}
 
 
-def build_report(spark: SparkSession, spec: ReportSpec) -> DataFrame:
-    """The report's SQL over the registered views, before the cast to its declared schema."""
-    return spark.sql(spec.sql())
+def run_configured_gold(spark: SparkSession, config: "Config",
+                        reports: Iterable[str] | None = None, *,
+                        full: bool = False) -> GoldReport | None:
+    """`run_gold` over the reports of `gold.reports`, read now (so an edited report counts
+    from the next run on); None when the config names no reports."""
+    definitions = configured_reports(config)
+    if definitions is None:
+        return None
+    return run_gold(spark, gold_io_for(config, spark), definitions, reports, full=full)
 
 
 _SKIPS_LOGGED: set[tuple[str, str]] = set()  # (report, reason) warned about in this process
 
 
-def run_gold(spark: SparkSession, lake: Lake, reports: Iterable[str] | None = None,
-             *, io: GoldIO | None = None) -> GoldReport:
-    """Recompute `reports` (default: all) from silver and overwrite their gold tables.
+def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
+             reports: Iterable[str] | None = None, *, full: bool = False) -> GoldReport:
+    """Recompute `reports` (default: all) and overwrite their gold tables.
 
-    A report whose silver tables are missing is skipped with the reason; a report whose
-    values do not fit its declared schema raises DataError before anything of it is written.
+    `full` takes the columns of reports without a `-- columns:` header from their query
+    again (else the existing table's columns are kept and enforced). A report that fails
+    a check raises (ConfigError, DataError) before anything of it is written; the reports
+    before it in the run stay written.
     """
-    specs = select_reports(reports)
-    io = io or TableGoldIO(spark, TableNames(lake))
     started = time.monotonic()
-    needed = list(dict.fromkeys(t for spec in specs for t in spec.tables))
-    missing = set(register_silver_views(spark, io, needed))
-    runs = []
-    for spec in specs:
-        lacking = [t for t in spec.tables if t in missing]
-        if lacking:
-            reason = ("silver table(s) not found: "
-                      + ", ".join(io.silver_location(t) for t in lacking)
-                      + " (run `lakehouse silver` first)")
-            # A loop (`lakehouse run`) tries every second or so: say it once per process.
-            level = logging.DEBUG if (spec.name, reason) in _SKIPS_LOGGED else logging.WARNING
-            _SKIPS_LOGGED.add((spec.name, reason))
-            log.log(level, "gold %s skipped: %s", spec.name, reason)
-            runs.append(ReportRun(spec.name, io.report_location(spec.name), skipped=reason))
+    runs: list[ReportRun] = []
+    not_built: set[str] = set()
+    for report in definitions.select(reports):
+        upstream = [g for g in report.gold if g in not_built]
+        if upstream:
+            reason = f"it reads {', '.join(upstream)}, skipped in this run"
+        else:
+            views, missing = register_inputs(spark, io, report, definitions.silver_schema,
+                                             definitions.gold_schema)
+            reason = (f"table(s) not found: {', '.join(missing)} (run `lakehouse silver`, or "
+                      "`lakehouse gold` for a report, first)") if missing else None
+        if reason:
+            _log_skip(report.name, reason)
+            not_built.add(report.name)
+            runs.append(ReportRun(report.name, io.report_location(report.name), skipped=reason))
             continue
-        runs.append(materialize_report(spark, spec, io))
+        try:
+            runs.append(materialize_report(spark, report, views, io, full=full))
+        finally:
+            for view in views.values():
+                spark.catalog.dropTempView(view)
     return GoldReport(tuple(runs), time.monotonic() - started)
 
 
-def materialize_report(spark: SparkSession, spec: ReportSpec, io: GoldIO) -> ReportRun:
-    """Build, validate (one action) and write (one Delta commit) a single report."""
+def _log_skip(report: str, reason: str) -> None:
+    # A loop (`lakehouse run`) tries every second or so: say it once per process.
+    level = logging.DEBUG if (report, reason) in _SKIPS_LOGGED else logging.WARNING
+    _SKIPS_LOGGED.add((report, reason))
+    log.log(level, "gold %s skipped: %s", report, reason)
+
+
+def build_report(spark: SparkSession, report: Report,
+                 views: dict[tuple[str, str], str]) -> DataFrame:
+    """The report's SQL over its registered views; the engine's rejection is a ConfigError
+    naming the file (the view names in its message are the engine's, the lines the file's)."""
+    try:
+        df = spark.sql(report.rewritten(views))
+        df.schema  # analysis: Spark Connect and Sail are lazy until asked
+    except query_errors() as exc:
+        raise ConfigError(f"gold report {report.path}: the engine rejects the query: "
+                          f"{_user_names(engine_message(exc), views)}") from exc
+    return df
+
+
+def _user_names(message: str, views: dict[tuple[str, str], str]) -> str:
+    for (schema, name), view in views.items():
+        message = message.replace(view, f"{schema}.{name}")
+    return message
+
+
+def report_columns(spark: SparkSession, report: Report, df: DataFrame, io: GoldIO,
+                   full: bool) -> tuple[Column, ...]:
+    """The columns the report is written with: declared, else those of its existing
+    table (so a later run cannot change them silently), else its query's."""
+    if report.columns is not None:
+        return report.columns
+    if not full and io.report_exists(report.name):
+        existing = inferred_columns(io.read_report(spark, report.name))
+        if sorted(n.lower() for n, _ in existing) != sorted(c.lower() for c in df.columns):
+            raise ConfigError(
+                f"gold report {report.path}: its columns changed from "
+                f"{', '.join(n for n, _ in existing)} to {', '.join(df.columns)}; declare them "
+                f"in a `-- columns:` header, or run `lakehouse gold --full --report "
+                f"{report.name}` to take the new ones")
+        return existing
+    try:
+        return inferred_columns(df)
+    except ConfigError as exc:
+        raise ConfigError(f"gold report {report.path}: {exc}") from exc
+
+
+def materialize_report(spark: SparkSession, report: Report, views: dict[tuple[str, str], str],
+                       io: GoldIO, *, full: bool = False) -> ReportRun:
+    """Build, check (one action) and write (one Delta commit) a single report."""
     started = time.monotonic()
-    report = build_report(spark, spec)
-    rows = validated_row_count(report, spec.columns, spec.name)
-    io.write_report(conform_to_schema(report, spec.columns), spec.name)
+    df = build_report(spark, report, views)
+    columns = report_columns(spark, report, df, io, full)
+    try:
+        rows = validated_row_count(df, columns, report.name, where=str(report.path))
+    except ConfigError as exc:
+        raise ConfigError(f"gold report {report.path}: {exc}") from exc
+    io.write_report(conform_to_schema(df, columns), report.name)
     seconds = time.monotonic() - started
-    log.info("gold %s: %d rows in %.2f s", spec.name, rows, seconds)
-    return ReportRun(spec.name, io.report_location(spec.name), rows, seconds)
+    log.info("gold %s: %d rows in %.2f s", report.name, rows, seconds)
+    return ReportRun(report.name, io.report_location(report.name), rows, seconds)

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING
 from deltalake.exceptions import DeltaError
 from obstore.exceptions import BaseError as ObstoreError
 
-from pipelines.engine import get_spark, query_errors, serve_session
+from pipelines.engine import engine_message, get_spark, query_errors, serve_session
 from pipelines.errors import ConfigError, LakehouseError
 from pipelines.logs import quiet_query_context_loggers
 from pipelines.sql.output import FORMATS, STREAMED
@@ -134,16 +134,6 @@ def run_query(spark: "SparkSession", text: str, output_format: str, limit: int,
             out.write(chunk)
     except query_errors() as exc:
         raise ConfigError(f"the query failed: {engine_message(exc)}") from exc
-
-
-def engine_message(exc: Exception) -> str:
-    """The engine's own explanation, without the plan or JVM stack trace after it."""
-    lines = []
-    for line in str(exc).strip().splitlines():
-        if not line.strip() or line.startswith(("JVM stacktrace", "'", "+-", ":", "\tat ")):
-            break
-        lines.append(line)
-    return "\n".join(lines[:10]) or type(exc).__name__
 
 
 def register_lake_tables(spark: "SparkSession", config: "Config") -> list:

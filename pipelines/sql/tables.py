@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipelines.catalog import CatalogSchemas, TableNames, qualified, readable
+from pipelines.catalog import qualified, readable, silver_names
 from pipelines.engine import query_errors
 from pipelines.lake import Lake, TableLocation
 
@@ -40,11 +40,9 @@ def lake_tables(config: "Config") -> list[AnalystTable]:
     """Every silver and gold table the lake holds now, by its analysts' name."""
     lake = Lake.from_config(config)
     db = config.databricks
-    names = TableNames(lake, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema))
-    tables = [AnalystTable(names.silver(schema, table).parts[1:], lake.silver(schema, table))
-              for schema in lake.children("silver")
-              for table in lake.delta_tables("silver", schema)]
-    tables += [AnalystTable(names.gold(report).parts[1:], lake.gold(report))
+    tables = [AnalystTable((db.silver_schema, name), lake.silver(*table))
+              for name, table in silver_names(lake).items()]
+    tables += [AnalystTable((db.gold_schema, report), lake.gold(report))
                for report in lake.delta_tables("gold")]
     return tables
 

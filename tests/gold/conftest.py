@@ -25,6 +25,10 @@ from decimal import Decimal as D
 
 import pytest
 
+from pipelines.demo.run import DEMO_REPORTS
+from pipelines.gold.definitions import ReportSet, load_reports
+from pipelines.gold.io import view_name
+
 UTC = dt.timezone.utc
 META = "_lsn bigint, _change_index bigint, _commit_ts timestamp"
 SILVER_DDL = {
@@ -169,8 +173,31 @@ def make_silver_frame(spark):
 
 
 @pytest.fixture(scope="session")
+def demo_reports() -> ReportSet:
+    """The demo's report directory, read as `lakehouse gold` reads it."""
+    return load_reports(DEMO_REPORTS, "lakehouse_silver", "lakehouse_gold")
+
+
+def demo_reports_in(directory, silver_schema: str, gold_schema: str):
+    """The demo's report files in `directory`, naming silver and gold by other schemas
+    (a report's SQL uses the config's schema names)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    quoted = {"lakehouse_silver.": f"`{silver_schema}`.", "lakehouse_gold.": f"`{gold_schema}`."}
+    for path in DEMO_REPORTS.glob("*.sql"):
+        text = path.read_text()
+        for old, new in quoted.items():
+            text = text.replace(old, new)
+        (directory / path.name).write_text(text)
+    return directory
+
+
+SILVER_VIEWS = {("lakehouse_silver", table): view_name("silver", table) for table in SILVER_DDL}
+
+
+@pytest.fixture(scope="session")
 def silver_views(spark):
-    """Temp views named like the silver tables, over the in-memory rows above."""
-    for table in SILVER_DDL:
-        silver_frame(spark, table).createOrReplaceTempView(table)
+    """The views run_gold registers for the silver tables (SILVER_VIEWS), over the
+    in-memory rows above."""
+    for (_, table), view in SILVER_VIEWS.items():
+        silver_frame(spark, table).createOrReplaceTempView(view)
     return spark

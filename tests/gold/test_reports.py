@@ -6,11 +6,12 @@ from decimal import Decimal as D
 import pytest
 from chispa import assert_df_equality
 
-from pipelines.errors import DataError
+from pipelines.demo.run import DEMO_REPORTS
+from pipelines.errors import ConfigError, DataError
 from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.display import format_report
-from pipelines.gold.reports import REPORT_NAMES, REPORTS
 from pipelines.gold.run import build_report
+from tests.gold.conftest import SILVER_VIEWS
 
 pytestmark = pytest.mark.spark
 
@@ -29,11 +30,12 @@ def far_east(silver_views):
     silver_views.conf.set(key, "UTC")
 
 
-@pytest.mark.parametrize("name", REPORT_NAMES)
-def test_report_math(far_east, expected_reports, name):
-    spec = REPORTS[name]
-    actual = conform_to_schema(build_report(far_east, spec), spec.columns)
-    expected = far_east.createDataFrame(expected_reports[name], spec.ddl)
+@pytest.mark.parametrize("name", sorted(p.stem for p in DEMO_REPORTS.glob("*.sql")))
+def test_report_math(far_east, demo_reports, expected_reports, name):
+    report = demo_reports.get(name)
+    actual = conform_to_schema(build_report(far_east, report, SILVER_VIEWS), report.columns)
+    ddl = ", ".join(f"{column} {type_}" for column, type_ in report.columns)
+    expected = far_east.createDataFrame(expected_reports[name], ddl)
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
@@ -51,7 +53,8 @@ def test_a_value_that_does_not_fit_its_declared_type_fails_loudly(spark):
                                      (None, None)], "day date, amount decimal(30,2)")
     with pytest.raises(DataError, match=r"gold report r: .*amount -> decimal\(20,2\): 1 value"):
         validated_row_count(too_big, columns, "r")
-    with pytest.raises(ValueError, match="do not match the declared schema"):
+    with pytest.raises(ConfigError, match=r"the query's columns \(day, amt\) are not the "
+                       r"declared ones \(day, amount\)"):
         conform_to_schema(fits.withColumnRenamed("amount", "amt"), columns)
 
 

@@ -16,9 +16,10 @@ from chispa import assert_df_equality
 from pipelines.catalog import TableNames, qualified
 from pipelines.cli import main
 from pipelines.config import load_config
+from pipelines.gold.definitions import configured_reports
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import gold_io_for
-from pipelines.gold.reports import REPORT_NAMES, REPORTS
+from tests.gold.conftest import demo_reports_in
 
 pytestmark = pytest.mark.spark
 
@@ -32,9 +33,10 @@ def config_file(spark, engine, tmp_path, monkeypatch):
     suffix = uuid.uuid4().hex[:8]
     gold = f"gold-{suffix}" if engine == "sail" else f"gold_{suffix}"
     path = tmp_path / "lakehouse.yml"
+    reports = demo_reports_in(tmp_path / "gold", f"silver_{suffix}", gold)
     path.write_text(yaml.safe_dump({
         "source": {"dsn": "host=nowhere"}, "lake": {"path": str(tmp_path / "lake")},
-        "engine": "databricks",
+        "engine": "databricks", "gold": {"reports": str(reports)},
         "databricks": {"catalog": spark.catalog.currentCatalog(),
                        "silver_schema": f"silver_{suffix}", "gold_schema": gold}}))
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
@@ -57,26 +59,28 @@ def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, sil
     gold_schema = qualified(names.gold("x").namespace)
     assert not spark.catalog.databaseExists(gold_schema)
 
+    reports = configured_reports(config)
     assert main(["--config", str(config_file), "gold"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(": ")[0] for line in lines] == list(REPORT_NAMES)
-    for line, name in zip(lines, REPORT_NAMES):
+    assert [line.split(": ")[0] for line in lines] == list(reports.names)
+    for line, report in zip(lines, reports.reports):
+        name = report.name
         assert line.endswith(f" -> {names.gold(name)}")  # quoted where a part needs it
-        spec = REPORTS[name]
         gold = spark.table(names.gold(name).sql)
-        declared = ",".join(f"{column}:{type_}" for column, type_ in spec.columns)
+        declared = ",".join(f"{column}:{type_}" for column, type_ in report.columns)
         assert gold.schema.simpleString() == f"struct<{declared}>"
-        assert_df_equality(gold, spark.createDataFrame(expected_reports[name], spec.ddl),
+        ddl = ", ".join(f"{column} {type_}" for column, type_ in report.columns)
+        assert_df_equality(gold, spark.createDataFrame(expected_reports[name], ddl),
                            ignore_row_order=True, ignore_nullable=True)
     assert not Path(config.lake.path, "gold").exists()
 
     before = {n: sorted(tuple(r) for r in spark.table(names.gold(n).sql).collect())
-              for n in REPORT_NAMES}
+              for n in reports.names}
     assert main(["--config", str(config_file), "gold"]) == 0  # replaced, same rows
     assert {n: sorted(tuple(r) for r in spark.table(names.gold(n).sql).collect())
-            for n in REPORT_NAMES} == before
-    shown = format_gold_reports(spark, None, ["active_users_per_day"], limit=1,
-                                io=gold_io_for(config, spark))
+            for n in reports.names} == before
+    shown = format_gold_reports(spark, gold_io_for(config, spark), reports,
+                                ["active_users_per_day"], limit=1)
     assert shown.splitlines()[1:4] == ["day        | active_users", "-----------+-------------",
                                        "2027-01-04 |            1"]
 
@@ -90,9 +94,9 @@ def test_missing_catalog_silver_tables_are_named_and_skipped(spark, make_silver_
     assert main(["--config", str(config_file), "gold", "--report", "hours_per_project_per_day",
                  "active_users_per_day"]) == 2
     lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
-    silver = f"{config.databricks.catalog}.{config.databricks.silver_schema}"
-    assert lines["hours_per_project_per_day"] == (
-        f"skipped, silver table(s) not found: {silver}.projects, {silver}.clients "
-        "(run `lakehouse silver` first)")
+    silver = config.databricks.silver_schema
+    missing = lines["hours_per_project_per_day"].removeprefix(
+        "skipped, table(s) not found: ").split(" (run")[0]
+    assert sorted(missing.split(", ")) == [f"{silver}.clients", f"{silver}.projects"]
     assert lines["active_users_per_day"].startswith("11 rows in ")
     assert not spark.catalog.tableExists(names.gold("hours_per_project_per_day").sql)

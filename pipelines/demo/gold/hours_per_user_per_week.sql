@@ -1,6 +1,14 @@
+-- description: hours of finished time entries per user per ISO week (UTC)
+-- columns: iso_year int, iso_week int, week_start date, user_id bigint, email string
+-- columns: full_name string, entries bigint, hours decimal(18,4)
+-- display order: week_start desc, hours desc, user_id
+
 -- Hours of finished time entries per user per ISO 8601 week of the UTC day of started_at.
 --
--- * Which entries count and on which day: sql/finished_entries.sql.
+-- * An entry counts whole on the UTC day it started, also when it runs past midnight.
+-- * Open entries (stopped_at IS NULL) and entries that stop before they start are left out.
+-- * The day comes from epoch microseconds, not to_date(): to_date() follows the session
+--   time zone on Spark/Databricks (and Sail ignores that setting), the epoch does not.
 -- * ISO weeks start on Monday; week 1 is the week holding the year's first Thursday, so
 --   2027-01-03 (a Sunday) is in 2026-W53 and 2024-12-30 (a Monday) in 2025-W01. Computed
 --   from the epoch day (1970-01-01 was a Thursday) because Sail's weekday() returns -1
@@ -8,7 +16,14 @@
 --   year of the week's Thursday, the ISO week is that Thursday's day of year DIV 7, plus 1.
 -- * Hours: exact microseconds, rounded once half up to 0.0001 h (integer DIV).
 WITH finished AS (
-{finished_entries}
+    SELECT
+        user_id,
+        project_id,
+        (unix_micros(started_at) - pmod(unix_micros(started_at), 86400000000))
+            DIV 86400000000 AS epoch_day,
+        unix_micros(stopped_at) - unix_micros(started_at) AS micros
+    FROM lakehouse_silver.time_entries
+    WHERE stopped_at IS NOT NULL AND stopped_at >= started_at
 ),
 per_week AS (
     SELECT
@@ -29,4 +44,4 @@ SELECT
     w.entries,
     CAST((w.micros + 180000) DIV 360000 AS DECIMAL(20,0)) * 0.0001 AS hours
 FROM per_week w
-LEFT JOIN users u ON u.id = w.user_id
+LEFT JOIN lakehouse_silver.users u ON u.id = w.user_id

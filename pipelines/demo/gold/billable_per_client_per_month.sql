@@ -1,3 +1,9 @@
+-- description: billable amount and billable hours x hourly rate per client per UTC month
+-- columns: month date, client_id int, client_name string, entries bigint
+-- columns: billable_amount decimal(20,2), billable_hours decimal(18,4)
+-- columns: hourly_rate decimal(10,2), billable_hours_amount decimal(20,2)
+-- display order: month desc, billable_amount desc, client_id
+
 -- Billable money per client per calendar month (UTC) of started_at, in exact decimals.
 --
 -- * billable_amount: the sum of time_entries.billable (numeric(10,2)) over every entry
@@ -26,8 +32,8 @@ WITH entries AS (
             THEN unix_micros(e.stopped_at) - unix_micros(e.started_at)
             ELSE 0
         END AS billable_micros
-    FROM time_entries e
-    LEFT JOIN projects p ON p.id = e.project_id
+    FROM lakehouse_silver.time_entries e
+    LEFT JOIN lakehouse_silver.projects p ON p.id = e.project_id
 ),
 per_month AS (
     SELECT
@@ -55,4 +61,4 @@ SELECT
     c.hourly_rate,
     ROUND(h.billable_hours * c.hourly_rate, 2) AS billable_hours_amount
 FROM hours h
-LEFT JOIN clients c ON c.id = h.client_id
+LEFT JOIN lakehouse_silver.clients c ON c.id = h.client_id

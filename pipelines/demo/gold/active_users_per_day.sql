@@ -1,3 +1,7 @@
+-- description: distinct users with at least one time entry per UTC day of started_at
+-- columns: day date, active_users bigint
+-- display order: day desc
+
 -- Distinct users with at least one time entry started on the UTC day.
 --
 -- * Every entry counts, open ones (stopped_at IS NULL) included: starting a timer is
@@ -9,7 +13,7 @@ WITH started AS (
         user_id,
         (unix_micros(started_at) - pmod(unix_micros(started_at), 86400000000))
             DIV 86400000000 AS epoch_day
-    FROM time_entries
+    FROM lakehouse_silver.time_entries
 )
 SELECT
     date_from_unix_date(CAST(epoch_day AS INT)) AS day,

@@ -1,0 +1,301 @@
+"""The user's gold reports: a directory of `<report>.sql` files, read and checked.
+
+A report file is an optional header of `-- key: value` lines, then one SELECT over silver
+and other reports by the names analysts use (`lakehouse_silver.users`,
+`lakehouse_gold.hours_per_project_per_day`: the schemas of the config's `databricks`
+section, as in `lakehouse sql` and on Databricks less the catalog). Everything here is
+checked without a Spark session, so a bad file is exit 2 naming it before any work.
+
+The SQL is parsed with sqlglot (Spark dialect) only to find the tables it names; the
+engine runs the user's own text, with each of those names replaced in place by the view
+that `run` registers for it (`rewritten`). sqlglot is never asked to regenerate a query,
+so a difference between its dialect and the engine cannot change what a report means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import sqlglot
+from sqlglot import exp
+
+from pipelines.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
+
+Column = tuple[str, str]  # (name, Spark SQL type)
+
+HEADER_KEYS = ("description", "columns", "display order")
+_HEADER_LINE = re.compile(r"--\s*([a-z][a-z ]*?)\s*:(?:\s+(.*?))?\s*\Z")
+_REPORT_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_COLUMN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s+(\S.*)\Z", re.S)
+_ORDER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s+(asc|desc))?\Z", re.I)
+_WRITES = (exp.Insert, exp.Create, exp.Drop, exp.Merge, exp.Update, exp.Delete, exp.Command)
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table a report reads, as written in its SQL: `lakehouse_silver.users`."""
+
+    schema: str  # lower case
+    name: str  # lower case
+    start: int  # its span in the report's SQL, end exclusive
+    end: int
+    aliased: bool  # the SQL gives it an alias (else the view is aliased to its own name)
+
+    @property
+    def parts(self) -> tuple[str, str]:
+        return self.schema, self.name
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report file: its SQL, the header's settings and the tables the SQL reads."""
+
+    name: str
+    path: Path
+    sql: str  # the query as written, without the header or a final `;`
+    description: str = ""
+    columns: tuple[Column, ...] | None = None  # declared; None: inferred at the first build
+    display_order: tuple[str, ...] = ()  # "column" or "column desc"
+    tables: tuple[TableName, ...] = ()
+    silver: tuple[str, ...] = ()  # silver table names it reads (e.g. "users")
+    gold: tuple[str, ...] = ()  # reports it reads
+
+    def rewritten(self, view: dict[tuple[str, str], str]) -> str:
+        """The SQL with each table name replaced by its view (`view[(schema, name)]`),
+        aliased to the table's own name when the SQL gave none, so `users.email` still
+        resolves. Spliced from the end so earlier spans stay valid."""
+        text = self.sql
+        for table in sorted(self.tables, key=lambda t: t.start, reverse=True):
+            replacement = f"`{view[table.parts]}`"
+            if not table.aliased:
+                replacement += f" AS `{table.name}`"
+            text = text[:table.start] + replacement + text[table.end:]
+        return text
+
+
+@dataclass(frozen=True)
+class ReportSet:
+    """The reports of a directory, in dependency order (a report after those it reads)."""
+
+    directory: Path
+    silver_schema: str  # the schema names the SQL uses (config.databricks's)
+    gold_schema: str
+    reports: tuple[Report, ...] = field(default_factory=tuple)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.reports)
+
+    def get(self, name: str) -> Report:
+        return next(r for r in self.reports if r.name == name)
+
+    def select(self, names: Iterable[str] | None) -> tuple[Report, ...]:
+        """`names` (all when None) in dependency order; ConfigError for an unknown name.
+        A selected report reads the reports it depends on as they are."""
+        if names is None:
+            return self.reports
+        wanted = set(names)
+        unknown = sorted(wanted - set(self.names))
+        if unknown:
+            raise ConfigError(f"unknown gold report(s) {', '.join(unknown)}: {self.directory} "
+                              f"has {', '.join(sorted(self.names)) or 'none'}")
+        return tuple(r for r in self.reports if r.name in wanted)
+
+
+def configured_reports(config: "Config") -> ReportSet | None:
+    """The reports of `gold.reports`, checked; None when the config names no directory."""
+    if config.gold.reports is None:
+        return None
+    db = config.databricks
+    return load_reports(config.gold.reports, db.silver_schema, db.gold_schema)
+
+
+def load_reports(directory: str | Path, silver_schema: str, gold_schema: str) -> ReportSet:
+    """Every `*.sql` file of `directory`, parsed and checked, in dependency order."""
+    directory = Path(directory)
+    paths = sorted(directory.glob("*.sql"))
+    reports = {}
+    for path in paths:
+        report = parse_report(path, silver_schema, gold_schema)
+        if report.name in reports:
+            raise ConfigError(f"gold report {path}: another file is named {report.name} too")
+        reports[report.name] = report
+    for report in reports.values():
+        unknown = [g for g in report.gold if g not in reports]
+        if unknown:
+            raise ConfigError(f"gold report {report.path}: {gold_schema}.{unknown[0]} is not a "
+                              f"report in {directory}")
+    graph = TopologicalSorter({r.name: sorted(r.gold) for r in reports.values()})
+    try:
+        graph.prepare()
+    except CycleError as exc:
+        cycle = exc.args[1]
+        raise ConfigError(f"gold reports in {directory} read each other in a cycle: "
+                          + " -> ".join(reports[name].path.name for name in cycle)) from exc
+    order = []
+    while graph.is_active():  # ties by name, so the order is the same on every run
+        ready = sorted(graph.get_ready())
+        order += ready
+        graph.done(*ready)
+    return ReportSet(directory, silver_schema, gold_schema,
+                     tuple(reports[name] for name in order))
+
+
+def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
+    """One report file, checked: header, name, a single SELECT, and the tables it names."""
+    name = path.stem
+    if not _REPORT_NAME.match(name):
+        raise ConfigError(f"gold report {path}: the file name is the report's table name, "
+                          "expected lower-case letters, digits and _ (e.g. hours_per_day.sql)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"gold report {path}: cannot read it: {exc}") from exc
+    header, body_at = _parse_header(text, path)
+    # the header's lines stay as blank lines, so line numbers (sqlglot's, the engine's)
+    # are the file's
+    sql = "\n" * text[:body_at].count("\n") + _strip_final_semicolon(text[body_at:])
+    tables = _table_names(sql, path, silver_schema, gold_schema)
+    silver = tuple(dict.fromkeys(t.name for t in tables if t.schema == silver_schema.lower()))
+    gold = tuple(dict.fromkeys(t.name for t in tables if t.schema == gold_schema.lower()))
+    if name in gold:
+        raise ConfigError(f"gold report {path}: it reads itself ({gold_schema}.{name})")
+    return Report(name, path, sql, tables=tables, silver=silver, gold=gold, **header)
+
+
+def _parse_header(text: str, path: Path) -> tuple[dict, int]:
+    """The leading `-- key: value` lines as Report fields, and where the SQL starts."""
+    values: dict[str, str] = {}
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        stripped = line.strip()
+        match = _HEADER_LINE.match(stripped)
+        if not match:  # the header ends at its first other line, a blank one included
+            if stripped or values:
+                break
+            offset += len(line)
+            continue
+        key, value = match.group(1), match.group(2) or ""
+        where = f"gold report {path}:{number}"
+        if key not in HEADER_KEYS:
+            raise ConfigError(f"{where}: unknown header key {key!r}, expected one of "
+                              f"{', '.join(HEADER_KEYS)}")
+        if key in values and key != "columns":
+            raise ConfigError(f"{where}: {key} is given twice")
+        if not value:
+            raise ConfigError(f"{where}: {key} has no value")
+        values[key] = f"{values[key].rstrip(',')}, {value}" if key in values else value
+        offset += len(line)
+    header: dict = {}
+    if "description" in values:
+        header["description"] = values["description"]
+    if "columns" in values:
+        header["columns"] = parse_columns(values["columns"], path)
+    if "display order" in values:
+        header["display_order"] = _display_order(values["display order"], path)
+    return header, offset
+
+
+def parse_columns(text: str, path: Path | str) -> tuple[Column, ...]:
+    """`name type, name type, ...` (types as Spark SQL writes them: decimal(18,4),
+    array<string>), checked with sqlglot's Spark type grammar."""
+    columns = []
+    for item in _split_top_level(text):
+        match = _COLUMN.match(item.strip())
+        if not match:
+            raise ConfigError(f"gold report {path}: columns: expected `name type`, got "
+                              f"{item.strip()!r}")
+        name, type_ = match.group(1), match.group(2).strip()
+        try:
+            exp.DataType.build(type_, dialect="spark")
+        except (sqlglot.errors.ParseError, ValueError) as exc:
+            raise ConfigError(f"gold report {path}: columns: {name} has type {type_!r}, "
+                              "which is not a Spark SQL type") from exc
+        columns.append((name, type_))
+    names = [n.lower() for n, _ in columns]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"gold report {path}: columns: {', '.join(repeated)} declared twice")
+    return tuple(columns)
+
+
+def _split_top_level(text: str) -> list[str]:
+    """`text` split at commas outside <> and () (decimal(18,4), map<string,int>)."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char in "<("
+        depth -= char in ">)"
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+def _display_order(text: str, path: Path) -> tuple[str, ...]:
+    order = []
+    for item in text.split(","):
+        match = _ORDER.match(item.strip())
+        if not match:
+            raise ConfigError(f"gold report {path}: display order: expected `column [asc|desc]`, "
+                              f"got {item.strip()!r}")
+        order.append(match.group(1) + (" desc" if (match.group(2) or "").lower() == "desc"
+                                       else ""))
+    return tuple(order)
+
+
+def _strip_final_semicolon(sql: str) -> str:
+    sql = sql.rstrip()
+    return sql[:-1].rstrip() if sql.endswith(";") else sql
+
+
+def _table_names(sql: str, path: Path, silver_schema: str,
+                 gold_schema: str) -> tuple[TableName, ...]:
+    """The silver and gold tables `sql` names, with their spans; ConfigError for anything
+    else than one query over such names."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect="spark") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        error = exc.errors[0] if exc.errors else {}
+        where = f":{error['line']}" if error.get("line") else ""
+        raise ConfigError(f"gold report {path}{where}: the SQL does not parse: "
+                          f"{error.get('description', exc)}") from exc
+    if len(statements) != 1:
+        raise ConfigError(f"gold report {path}: expected one SELECT query, got "
+                          f"{len(statements)} statements")
+    if not isinstance(statements[0], exp.Query) or any(statements[0].find_all(*_WRITES)):
+        raise ConfigError(f"gold report {path}: expected one SELECT query, got "
+                          f"{type(statements[0]).__name__.upper()}")
+    query = statements[0]
+    ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
+    schemas = {silver_schema.lower(), gold_schema.lower()}
+    tables = []
+    for table in query.find_all(exp.Table):
+        line = table.this.meta.get("line", "?") if table.this else "?"
+        where = f"gold report {path}:{line}"
+        schema, name = table.db.lower(), table.name.lower()
+        if not schema:
+            if name in ctes or not name:
+                continue
+            raise ConfigError(f"{where}: table {table.name!r} has no schema: write "
+                              f"{silver_schema}.{table.name} (silver) or {gold_schema}."
+                              f"{table.name} (a report)")
+        if table.catalog or schema not in schemas:
+            raise ConfigError(f"{where}: {table.sql(dialect='spark')} is neither a silver "
+                              f"table ({silver_schema}.<table>) nor a report "
+                              f"({gold_schema}.<report>); the catalog comes from the config")
+        start, end = table.args["db"].meta["start"], table.this.meta["end"] + 1
+        tables.append(TableName(schema, name, start, end, bool(table.alias)))
+    for column in query.find_all(exp.Column):
+        if column.db:
+            raise ConfigError(f"gold report {path}: column {column.sql(dialect='spark')} "
+                              "names its table with the schema: give the table an alias "
+                              "and qualify the column with it")
+    return tuple(tables)
