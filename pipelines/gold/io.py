@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
@@ -58,8 +59,13 @@ class TableGoldIO:
             schemas = self.names.schemas
             table = TableRef(parts=(schemas.catalog, schemas.silver, name))
             return table if table_exists(self.spark, table) else None
-        found = silver_names(self.names.lake).get(name)
+        found = self._lake_silver.get(name)
         return None if found is None else self.names.silver(*found)
+
+    @cached_property
+    def _lake_silver(self) -> dict[str, tuple[str, str]]:
+        # listed once per TableGoldIO (a gold run): a store's listing is a request per schema
+        return silver_names(self.names.lake)
 
     def report_location(self, report: str) -> str:
         return str(self.names.gold(report))

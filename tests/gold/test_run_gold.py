@@ -10,7 +10,8 @@ from pipelines.cli import main
 from pipelines.demo.run import DEMO_REPORTS
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import TableGoldIO
-from pipelines.gold.run import run_gold
+from pipelines.config import load_config
+from pipelines.gold.run import run_configured_gold, run_gold
 from pipelines.lake import Lake
 
 pytestmark = pytest.mark.spark
@@ -99,6 +100,8 @@ def test_no_reports_configured_means_no_gold(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
     assert main(["--config", str(config), "gold"]) == 0
     assert capsys.readouterr().out.startswith("no gold reports configured")
+    # `lakehouse run`'s gold step: nothing, not even a session
+    assert run_configured_gold(None, load_config(config, environ={})) is None
 
 
 def test_a_report_skipped_again_and_again_is_warned_about_once(spark, demo_reports, tmp_path,
