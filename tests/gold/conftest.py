@@ -146,6 +146,22 @@ EXPECTED = {
 }
 
 
+def _finished_entries_per_day() -> list[tuple]:
+    """The shared entry rules, in Python: finished entries per UTC day of started_at, user
+    and project, with their exact microseconds."""
+    groups: dict[tuple, list[int]] = {}
+    for _, user, project, start, stop, *_ in SILVER_ROWS["time_entries"]:
+        if stop is None or stop < start:
+            continue
+        counts = groups.setdefault((start.date(), user, project), [0, 0])
+        counts[0] += 1
+        counts[1] += (stop - start) // dt.timedelta(microseconds=1)
+    return [(*key, n, D(micros)) for key, (n, micros) in groups.items()]
+
+
+EXPECTED["finished_entries_per_day"] = _finished_entries_per_day()
+
+
 def silver_frame(spark, table: str, rows=None):
     """A DataFrame shaped like the silver table (with _lsn, _change_index, _commit_ts)."""
     rows = SILVER_ROWS[table] if rows is None else rows

@@ -5,34 +5,21 @@
 
 -- Hours of finished time entries per user per ISO 8601 week of the UTC day of started_at.
 --
--- * An entry counts whole on the UTC day it started, also when it runs past midnight.
--- * Open entries (stopped_at IS NULL) and entries that stop before they start are left out.
--- * The day comes from epoch microseconds, not to_date(): to_date() follows the session
---   time zone on Spark/Databricks (and Sail ignores that setting), the epoch does not.
+-- * Which entries count and on which day: finished_entries_per_day.sql.
 -- * ISO weeks start on Monday; week 1 is the week holding the year's first Thursday, so
 --   2027-01-03 (a Sunday) is in 2026-W53 and 2024-12-30 (a Monday) in 2025-W01. Computed
 --   from the epoch day (1970-01-01 was a Thursday) because Sail's weekday() returns -1
 --   for Sundays and Sail has no EXTRACT(YEAROFWEEK ...): the ISO year is the calendar
 --   year of the week's Thursday, the ISO week is that Thursday's day of year DIV 7, plus 1.
 -- * Hours: exact microseconds, rounded once half up to 0.0001 h (integer DIV).
-WITH finished AS (
+WITH per_week AS (
     SELECT
         user_id,
-        project_id,
-        (unix_micros(started_at) - pmod(unix_micros(started_at), 86400000000))
-            DIV 86400000000 AS epoch_day,
-        unix_micros(stopped_at) - unix_micros(started_at) AS micros
-    FROM lakehouse_silver.time_entries
-    WHERE stopped_at IS NOT NULL AND stopped_at >= started_at
-),
-per_week AS (
-    SELECT
-        user_id,
-        epoch_day - pmod(epoch_day + 3, 7) AS monday,  -- pmod(.., 7): 0 = Monday
-        COUNT(*) AS entries,
-        SUM(CAST(micros AS DECIMAL(38,0))) AS micros
-    FROM finished
-    GROUP BY user_id, epoch_day - pmod(epoch_day + 3, 7)
+        unix_date(day) - pmod(unix_date(day) + 3, 7) AS monday,  -- pmod(.., 7): 0 = Monday
+        SUM(entries) AS entries,
+        SUM(micros) AS micros
+    FROM lakehouse_gold.finished_entries_per_day
+    GROUP BY user_id, unix_date(day) - pmod(unix_date(day) + 3, 7)
 )
 SELECT
     year(date_from_unix_date(CAST(w.monday + 3 AS INT))) AS iso_year,
