@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
-from pipelines.metrics import add_port_argument, watch_ingest
+from pipelines.errors import ConfigError
+from pipelines.metrics import add_port_argument, count_error, watch_ingest
 from pipelines.metrics_collectors import serve_pipeline
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
@@ -79,7 +80,7 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
 
 def apply_once(config: Config, spark) -> SilverRunReport:
     """One silver run, then gold (when reports are configured) if silver changed a table."""
-    from pipelines.gold.run import run_configured_gold  # Spark's modules: not for --help
+    from pipelines.gold.run import log_once, run_configured_gold  # Spark's: not for --help
     from pipelines.silver.job import run_silver
 
     silver = run_silver(config, spark)
@@ -87,7 +88,12 @@ def apply_once(config: Config, spark) -> SilverRunReport:
     for failed in silver.failed:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
-        gold = run_configured_gold(spark, config)
+        try:
+            gold = run_configured_gold(spark, config)
+        except ConfigError as exc:  # the reports directory: the ingest and silver go on
+            count_error("gold_report")
+            log_once(logging.ERROR, "reports", "not refreshed", str(exc))
+            gold = None
         changes = sum(t.inserts + t.updates + t.deletes for t in changed)
         log.info("silver applied %d table(s) in %.2f s (%d bronze changes)%s", len(changed),
                  silver.seconds, changes, "" if gold is None else

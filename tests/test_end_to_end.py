@@ -55,10 +55,15 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
                                                                   config_engine):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+    reports = tmp_path / "gold"
+    reports.mkdir()
+    (reports / "note_count.sql").write_text("SELECT count(*) AS notes FROM lakehouse_silver.notes")
+    (reports / "broken.sql").write_text("SELECT nope FROM lakehouse_silver.notes")
     config_path = tmp_path / "lakehouse.yml"
     config_path.write_text(yaml.safe_dump({
         "source": {"dsn": source_dsn, "tables": ["public.notes"]},
         "lake": {"path": str(tmp_path / "lake")}, "engine": config_engine,
+        "gold": {"reports": str(reports)},
         "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
         "ingest": {"batch_seconds": 0.2}, "silver": {"interval_seconds": 1}}))
     run_setup(SourceConfig(source_dsn, tables=("public.notes",)))
@@ -89,8 +94,12 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
-    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-3000:]
+    logged = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 0, logged[-3000:]
     assert sorted(read_delta(silver, ["id"]).column("id").to_pylist()) == list(range(6, 21))
+    # a report with a mistake is logged (once) and the others are built all the same
+    assert logged.count(f"gold broken failed: gold report {reports / 'broken.sql'}") == 1
+    assert read_delta(tmp_path / "lake" / "gold" / "note_count").to_pylist() == [{"notes": 15}]
     with psycopg.connect(source_dsn) as conn:
         active = conn.execute("SELECT active FROM pg_replication_slots "
                               "WHERE slot_name = 'lakehouse'").fetchone()[0]

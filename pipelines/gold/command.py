@@ -20,9 +20,10 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         "other reports, in dependency order, and overwrite the report's Delta table:\n"
         "<lake>/gold/<report>, or <databricks.catalog>.<databricks.gold_schema>.<report>\n"
         "with engine databricks. Prints one line per report.\n\n"
-        "exit 2: a report file is wrong (named in the message), or a report was skipped\n"
-        "because a table it reads does not exist yet; exit 4: a value does not fit a\n"
-        "report's column type (nothing of that report is written).")
+        "A report that fails is logged and nothing of it is written; the reports that do\n"
+        "not read it are still built. Exit 2: a report file is wrong (named in the\n"
+        "message), or a report was skipped because a table it reads does not exist yet;\n"
+        "exit 4: a value does not fit a report's column type.")
     parser.add_argument("--report", dest="reports", metavar="NAME", action="extend",
                         nargs="+", help="only these reports (repeatable; default: all); "
                         "the reports they read are used as they are")
@@ -49,4 +50,6 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
                       full=args.full)
     for run in result.runs:
         print(run.summary())
+    if result.failed:
+        return result.failed[0].exit_code
     return SKIPPED_EXIT if result.skipped else 0

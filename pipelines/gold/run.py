@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Iterable
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.engine import engine_message, query_errors
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, LakehouseError
 from pipelines.gold.conform import conform_to_schema, inferred_columns, validated_row_count
 from pipelines.gold.definitions import Column, Report, ReportSet, configured_reports
 from pipelines.gold.io import GoldIO, gold_io_for, register_inputs
+from pipelines.metrics import count_error
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -30,16 +31,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReportRun:
-    """What happened to one report: written with `rows` rows, or skipped and why."""
+    """What happened to one report: written with `rows` rows, skipped (an input is
+    missing) or failed (its file or its values are wrong), and why."""
 
     report: str
     target: str
     rows: int = 0
     seconds: float = 0.0
     skipped: str | None = None
+    error: str | None = None
+    exit_code: int = 0  # of the error: 2 for the report's file, 4 for its values
 
     def summary(self) -> str:
         """One line for the CLI."""
+        if self.error:
+            return f"{self.report}: failed, {self.error}"
         if self.skipped:
             return f"{self.report}: skipped, {self.skipped}"
         return f"{self.report}: {self.rows} rows in {self.seconds:.2f} s -> {self.target}"
@@ -54,11 +60,15 @@ class GoldReport:
 
     @property
     def written(self) -> tuple[ReportRun, ...]:
-        return tuple(r for r in self.runs if r.skipped is None)
+        return tuple(r for r in self.runs if r.skipped is None and r.error is None)
 
     @property
     def skipped(self) -> tuple[ReportRun, ...]:
         return tuple(r for r in self.runs if r.skipped is not None)
+
+    @property
+    def failed(self) -> tuple[ReportRun, ...]:
+        return tuple(r for r in self.runs if r.error is not None)
 
     @property
     def rows(self) -> dict[str, int]:
@@ -77,7 +87,7 @@ def run_configured_gold(spark: SparkSession, config: "Config",
     return run_gold(spark, gold_io_for(config, spark), definitions, reports, full=full)
 
 
-_SKIPS_LOGGED: set[tuple[str, str]] = set()  # (report, reason) warned about in this process
+_LOGGED: set[tuple[str, str]] = set()  # (report, reason) logged in this process
 
 
 def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
@@ -86,8 +96,8 @@ def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
 
     `full` takes the columns of reports without a `-- columns:` header from their query
     again (else the existing table's columns are kept and enforced). A report that fails
-    a check raises (ConfigError, DataError) before anything of it is written; the reports
-    before it in the run stay written.
+    a check (ConfigError, DataError) is logged and recorded as failed before anything of
+    it is written; the reports that do not read it are still built.
     """
     started = time.monotonic()
     runs: list[ReportRun] = []
@@ -102,23 +112,30 @@ def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
             reason = (f"table(s) not found: {', '.join(missing)} (run `lakehouse silver`, or "
                       "`lakehouse gold` for a report, first)") if missing else None
         if reason:
-            _log_skip(report.name, reason)
+            log_once(logging.WARNING, report.name, "skipped", reason)
             not_built.add(report.name)
             runs.append(ReportRun(report.name, io.report_location(report.name), skipped=reason))
             continue
         try:
             runs.append(materialize_report(spark, report, views, io, full=full))
+        except LakehouseError as exc:  # the report's own mistake: the others go on
+            count_error("gold_report")
+            log_once(logging.ERROR, report.name, "failed", str(exc))
+            not_built.add(report.name)
+            runs.append(ReportRun(report.name, io.report_location(report.name),
+                                  error=str(exc), exit_code=exc.exit_code))
         finally:
             for view in views.values():
                 spark.catalog.dropTempView(view)
     return GoldReport(tuple(runs), time.monotonic() - started)
 
 
-def _log_skip(report: str, reason: str) -> None:
-    # A loop (`lakehouse run`) tries every second or so: say it once per process.
-    level = logging.DEBUG if (report, reason) in _SKIPS_LOGGED else logging.WARNING
-    _SKIPS_LOGGED.add((report, reason))
-    log.log(level, "gold %s skipped: %s", report, reason)
+def log_once(level: int, report: str, what: str, reason: str) -> None:
+    """`gold <report> <what>: <reason>` at `level` the first time in this process, then
+    at DEBUG: a loop (`lakehouse run`) tries every second or so."""
+    logged = (report, reason) in _LOGGED
+    _LOGGED.add((report, reason))
+    log.log(logging.DEBUG if logged else level, "gold %s %s: %s", report, what, reason)
 
 
 def build_report(spark: SparkSession, report: Report,

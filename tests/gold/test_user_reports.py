@@ -134,6 +134,7 @@ def test_bad_reports_fail_with_the_file_named_and_nothing_half_written(built, co
         in rejected.stderr
     assert "Traceback" not in rejected.stderr
     assert not lake.gold("b_typo").exists()
+    assert lake.gold("a_first").exists()  # the reports that do not read it are built
 
     (directory / "b_typo.sql").write_text(
         "-- columns: id tinyint, name string\n"
