@@ -19,15 +19,15 @@ import psycopg
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.embedded_pg import free_port
+from pipelines.engine import engine_message
 from pipelines.errors import ConfigError
 from pipelines.lake import Lake, read_delta
-from pipelines.sql.command import engine_message, query_text, run_query
+from pipelines.sql.command import query_text, run_query
 from pipelines.sql.output import csv_chunks, json_chunks, markdown_chunks, table_chunks
 from tests.conftest import fresh_database
 from tests.engines import CLASSIC_TEST_CONF
-from tests.verbs import change_after_snapshot, lakehouse, seeded
+from tests.verbs import change_after_snapshot, demo_lake, lakehouse
 
 COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]
 ROWS = [
@@ -120,17 +120,7 @@ def built(pg_server, tmp_path_factory):
     faster; the engine under test only reads it), and its source database."""
     workdir = tmp_path_factory.mktemp("sql")
     with fresh_database(pg_server) as dsn:
-        seeded(dsn)
-        config = workdir / "build.yml"
-        config.write_text(yaml.safe_dump({
-            "source": {"dsn": dsn, "tables": DEMO_TABLES},
-            "lake": {"path": str(workdir / "lake")}, "engine": "local",
-            "gold": {"reports": str(DEMO_REPORTS)}}))
-        for verb in (["setup"], ["backfill"]):
-            lakehouse(config, *verb)
-        change_after_snapshot(dsn)
-        for verb in (["ingest", "--until-idle", "2"], ["silver"], ["gold"]):
-            lakehouse(config, *verb)
+        demo_lake(dsn, workdir, after_backfill=change_after_snapshot, gold=True)
         yield dsn, workdir
 
 

@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
+from typing import Callable
 
+import psycopg
+import yaml
+
+from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.demo.seed import create_schema, seed
 
 
@@ -36,3 +40,23 @@ def lakehouse(config: Path, *args: str, env: dict[str, str] | None = None,
     if check:
         assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
     return result
+
+
+def demo_lake(dsn: str, workdir: Path, *, after_backfill: Callable[[str], None] | None = None,
+              gold: bool = False) -> Path:
+    """The demo's tables seeded in `dsn`, then `setup`, `backfill`, `after_backfill(dsn)`,
+    `ingest` and `silver` (and the demo's `gold` reports) on Sail into workdir/lake;
+    returns the config file."""
+    seeded(dsn)
+    config = workdir / "build.yml"
+    config.write_text(yaml.safe_dump({
+        "source": {"dsn": dsn, "tables": DEMO_TABLES},
+        "lake": {"path": str(workdir / "lake")}, "engine": "local",
+        **({"gold": {"reports": str(DEMO_REPORTS)}} if gold else {})}))
+    for verb in (["setup"], ["backfill"]):
+        lakehouse(config, *verb)
+    if after_backfill:
+        after_backfill(dsn)
+    for verb in (["ingest", "--until-idle", "2"], ["silver"], *([["gold"]] if gold else [])):
+        lakehouse(config, *verb)
+    return config

@@ -10,11 +10,10 @@ import psycopg
 import pytest
 import yaml
 
-from pipelines.demo.run import DEMO_TABLES
 from pipelines.lake import Lake, read_delta
 from tests.conftest import fresh_database
 from tests.engines import CLASSIC_TEST_CONF
-from tests.verbs import lakehouse, seeded
+from tests.verbs import demo_lake, lakehouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -63,13 +62,7 @@ def built(pg_server, tmp_path_factory):
     """Silver of the demo's tables, built on Sail from a seeded database, and that database."""
     workdir = tmp_path_factory.mktemp("user_reports")
     with fresh_database(pg_server) as dsn:
-        seeded(dsn)
-        config = workdir / "build.yml"
-        config.write_text(yaml.safe_dump({
-            "source": {"dsn": dsn, "tables": DEMO_TABLES},
-            "lake": {"path": str(workdir / "lake")}, "engine": "local"}))
-        for verb in (["setup"], ["backfill"], ["ingest", "--until-idle", "2"], ["silver"]):
-            lakehouse(config, *verb)
+        demo_lake(dsn, workdir)
         yield dsn, workdir
 
 
