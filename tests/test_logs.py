@@ -45,8 +45,11 @@ def test_json_logs_are_one_object_per_line_with_secrets_redacted(tmp_path):
 
 
 def test_the_embedded_engine_logs_only_with_verbose(tmp_path):
+    (tmp_path / "gold").mkdir()
+    (tmp_path / "gold" / "one.sql").write_text("SELECT 1 AS one")  # reads no table
     config = tmp_path / "c.yml"
-    config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{tmp_path / 'lake'}'}}\n")
+    config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{tmp_path / 'lake'}'}}\n"
+                      "gold: {reports: gold}\n")
     quiet = lakehouse("--config", str(config), "gold", env=clean_env())
     assert quiet.returncode == 0, quiet.stderr
     assert "pipelines.engine: local engine: Sail" in quiet.stderr  # the session did start
