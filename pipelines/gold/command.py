@@ -16,8 +16,8 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         "gold", help="rebuild the gold report tables from silver",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run each report of the config's gold.reports directory (one\n"
-        "<report>.sql file each, docs/gold.md) with Spark SQL over the silver tables and\n"
-        "other reports, in dependency order, and overwrite the report's Delta table:\n"
+        "<report>.sql file each, docs/gold.md) with Spark SQL over the silver tables\n"
+        "and other reports, in dependency order, and overwrite the report's Delta table:\n"
         "<lake>/gold/<report>, or <databricks.catalog>.<databricks.gold_schema>.<report>\n"
         "with engine databricks. Prints one line per report.\n\n"
         "A report that fails is logged and nothing of it is written; the reports that do\n"
