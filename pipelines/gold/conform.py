@@ -34,8 +34,7 @@ def cast_failure_counts(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
     return df.agg(F.count(F.lit(1)).alias(ROWS), *lost)
 
 
-def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str,
-                        where: str = "its columns: header") -> int:
+def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -> int:
     """Rows of `df` (one Spark action); DataError if a declared cast would produce NULLs."""
     counts = cast_failure_counts(df, columns).collect()[0].asDict()
     rows = counts.pop(ROWS)
@@ -45,7 +44,8 @@ def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str,
         detail = ", ".join(f"{name} -> {types[name]}: {n} value(s)" for name, n in bad.items())
         raise DataError(
             f"gold report {report}: values do not fit the declared schema ({detail}); "
-            f"nothing was written. Widen the column type in {where} or fix the report SQL")
+            "nothing was written. Widen the column's type in the report's `-- columns:` "
+            "header or fix its SQL")
     return rows
 
 

@@ -42,6 +42,7 @@ _WRITES = (exp.Insert, exp.Create, exp.Drop, exp.Merge, exp.Update, exp.Delete, 
 class TableName:
     """A table a report reads, as written in its SQL: `lakehouse_silver.users`."""
 
+    kind: str  # "silver" or "gold"
     schema: str  # lower case
     name: str  # lower case
     start: int  # its span in the report's SQL, end exclusive
@@ -51,6 +52,9 @@ class TableName:
     @property
     def parts(self) -> tuple[str, str]:
         return self.schema, self.name
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,17 @@ class Report:
     description: str = ""
     columns: tuple[Column, ...] | None = None  # declared; None: inferred at the first build
     display_order: tuple[str, ...] = ()  # "column" or "column desc"
-    tables: tuple[TableName, ...] = ()
-    silver: tuple[str, ...] = ()  # silver table names it reads (e.g. "users")
-    gold: tuple[str, ...] = ()  # reports it reads
+    tables: tuple[TableName, ...] = ()  # as often as the SQL names them
+
+    @property
+    def silver(self) -> tuple[str, ...]:
+        """The silver tables it reads, by name ("users")."""
+        return tuple(dict.fromkeys(t.name for t in self.tables if t.kind == "silver"))
+
+    @property
+    def gold(self) -> tuple[str, ...]:
+        """The reports it reads."""
+        return tuple(dict.fromkeys(t.name for t in self.tables if t.kind == "gold"))
 
     def rewritten(self, view: dict[tuple[str, str], str]) -> str:
         """The SQL with each table name replaced by its view (`view[(schema, name)]`),
@@ -85,8 +97,6 @@ class ReportSet:
     """The reports of a directory, in dependency order (a report after those it reads)."""
 
     directory: Path
-    silver_schema: str  # the schema names the SQL uses (config.databricks's)
-    gold_schema: str
     reports: tuple[Report, ...] = field(default_factory=tuple)
 
     @property
@@ -144,8 +154,7 @@ def load_reports(directory: str | Path, silver_schema: str, gold_schema: str) ->
         ready = sorted(graph.get_ready())
         order += ready
         graph.done(*ready)
-    return ReportSet(directory, silver_schema, gold_schema,
-                     tuple(reports[name] for name in order))
+    return ReportSet(directory, tuple(reports[name] for name in order))
 
 
 def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
@@ -162,12 +171,11 @@ def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
     # the header's lines stay as blank lines, so line numbers (sqlglot's, the engine's)
     # are the file's
     sql = "\n" * text[:body_at].count("\n") + _strip_final_semicolon(text[body_at:])
-    tables = _table_names(sql, path, silver_schema, gold_schema)
-    silver = tuple(dict.fromkeys(t.name for t in tables if t.schema == silver_schema.lower()))
-    gold = tuple(dict.fromkeys(t.name for t in tables if t.schema == gold_schema.lower()))
-    if name in gold:
+    report = Report(name, path, sql, tables=_table_names(sql, path, silver_schema, gold_schema),
+                    **header)
+    if name in report.gold:
         raise ConfigError(f"gold report {path}: it reads itself ({gold_schema}.{name})")
-    return Report(name, path, sql, tables=tables, silver=silver, gold=gold, **header)
+    return report
 
 
 def _parse_header(text: str, path: Path) -> tuple[dict, int]:
@@ -275,7 +283,7 @@ def _table_names(sql: str, path: Path, silver_schema: str,
                           f"{type(statements[0]).__name__.upper()}")
     query = statements[0]
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
-    schemas = {silver_schema.lower(), gold_schema.lower()}
+    kinds = {silver_schema.lower(): "silver", gold_schema.lower(): "gold"}
     tables = []
     for table in query.find_all(exp.Table):
         line = table.this.meta.get("line", "?") if table.this else "?"
@@ -287,12 +295,12 @@ def _table_names(sql: str, path: Path, silver_schema: str,
             raise ConfigError(f"{where}: table {table.name!r} has no schema: write "
                               f"{silver_schema}.{table.name} (silver) or {gold_schema}."
                               f"{table.name} (a report)")
-        if table.catalog or schema not in schemas:
+        if table.catalog or schema not in kinds:
             raise ConfigError(f"{where}: {table.sql(dialect='spark')} is neither a silver "
                               f"table ({silver_schema}.<table>) nor a report "
                               f"({gold_schema}.<report>); the catalog comes from the config")
         start, end = table.args["db"].meta["start"], table.this.meta["end"] + 1
-        tables.append(TableName(schema, name, start, end, bool(table.alias)))
+        tables.append(TableName(kinds[schema], schema, name, start, end, bool(table.alias)))
     for column in query.find_all(exp.Column):
         if column.db:
             raise ConfigError(f"gold report {path}: column {column.sql(dialect='spark')} "

@@ -97,29 +97,23 @@ def view_name(schema_kind: str, name: str) -> str:
     return f"_lh_{schema_kind}__{name}"
 
 
-def register_inputs(spark: SparkSession, io: GoldIO, report: "Report", silver_schema: str,
-                    gold_schema: str) -> tuple[dict[tuple[str, str], str], list[str]]:
+def register_inputs(spark: SparkSession, io: GoldIO, report: "Report"
+                    ) -> tuple[dict[tuple[str, str], str], list[str]]:
     """A temp view for each table `report` reads. Returns the name -> view map for
-    Report.rewritten, and the tables that are missing, in words; when one is missing,
-    nothing is registered."""
+    Report.rewritten, and the tables that are missing, as the SQL names them; when one
+    is missing, nothing is registered."""
     frames: dict[tuple[str, str], tuple[str, DataFrame]] = {}
     missing: list[str] = []
-    seen: set[tuple[str, str]] = set()
-    for table in report.tables:
-        if table.parts in seen:
-            continue
-        seen.add(table.parts)
-        if table.schema == silver_schema.lower():
+    for table in {t.parts: t for t in report.tables}.values():
+        if table.kind == "silver":
             ref = io.silver_table(table.name)
-            if ref is None:
-                missing.append(f"{silver_schema}.{table.name}")
-                continue
-            frames[table.parts] = (view_name("silver", table.name), read_table(spark, ref))
-        elif not io.report_exists(table.name):
-            missing.append(f"{gold_schema}.{table.name}")
+            df = None if ref is None else read_table(spark, ref)
         else:
-            frames[table.parts] = (view_name("gold", table.name),
-                                   io.read_report(spark, table.name))
+            df = io.read_report(spark, table.name) if io.report_exists(table.name) else None
+        if df is None:
+            missing.append(str(table))
+        else:
+            frames[table.parts] = (view_name(table.kind, table.name), df)
     if missing:
         return {}, missing
     for view, df in frames.values():

@@ -107,8 +107,7 @@ def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
         if upstream:
             reason = f"it reads {', '.join(upstream)}, skipped in this run"
         else:
-            views, missing = register_inputs(spark, io, report, definitions.silver_schema,
-                                             definitions.gold_schema)
+            views, missing = register_inputs(spark, io, report)
             reason = (f"table(s) not found: {', '.join(missing)} (run `lakehouse silver`, or "
                       "`lakehouse gold` for a report, first)") if missing else None
         if reason:
@@ -185,7 +184,7 @@ def materialize_report(spark: SparkSession, report: Report, views: dict[tuple[st
     df = build_report(spark, report, views)
     columns = report_columns(spark, report, df, io, full)
     try:
-        rows = validated_row_count(df, columns, report.name, where=str(report.path))
+        rows = validated_row_count(df, columns, str(report.path))
     except ConfigError as exc:
         raise ConfigError(f"gold report {report.path}: {exc}") from exc
     io.write_report(conform_to_schema(df, columns), report.name)
