@@ -170,13 +170,15 @@ class TableNames:
                 for group in by_target.values() if len(group) > 1 for name in group}
 
 
-def silver_names(lake: Lake) -> dict[str, tuple[str, str]]:
-    """The lake's silver tables by the name analysts use in a catalog (users,
+def silver_names(lake: Lake, under: tuple[str, ...] = ("silver",)
+                 ) -> dict[str, tuple[str, str]]:
+    """The lake's silver tables (or those of another `<schema>/<table>` tree of the lake,
+    such as their tombstones') by the name analysts use in a catalog (users,
     sales_orders) -> (schema, table). A name two tables would share is left out: silver
     refuses to build such a pair (TableNames.silver_clashes)."""
     names: dict[str, list[tuple[str, str]]] = {}
-    for schema in lake.children("silver"):
-        for table in lake.delta_tables("silver", schema):
+    for schema in lake.children(*under):
+        for table in lake.delta_tables(*under, schema):
             names.setdefault(unity_table_name(silver_table_name(schema, table)), []).append(
                 (schema, table))
     return {name: pairs[0] for name, pairs in names.items() if len(pairs) == 1}

@@ -24,13 +24,14 @@ import sqlglot
 from sqlglot import exp
 
 from pipelines.errors import ConfigError
+from pipelines.gold.grouping import Grouping, trace_grouping
 
 if TYPE_CHECKING:
     from pipelines.config import Config
 
 Column = tuple[str, str]  # (name, Spark SQL type)
 
-HEADER_KEYS = ("description", "columns", "display order")
+HEADER_KEYS = ("description", "columns", "display order", "incremental by")
 _HEADER_LINE = re.compile(r"--\s*([a-z][a-z ]*?)\s*:(?:\s+(.*?))?\s*\Z")
 _REPORT_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _COLUMN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s+(\S.*)\Z", re.S)
@@ -68,6 +69,7 @@ class Report:
     columns: tuple[Column, ...] | None = None  # declared; None: inferred at the first build
     display_order: tuple[str, ...] = ()  # "column" or "column desc"
     tables: tuple[TableName, ...] = ()  # as often as the SQL names them
+    incremental: Grouping | None = None  # refreshed by groups of this column, else whole
 
     @property
     def silver(self) -> tuple[str, ...]:
@@ -171,8 +173,11 @@ def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
     # the header's lines stay as blank lines, so line numbers (sqlglot's, the engine's)
     # are the file's
     sql = "\n" * text[:body_at].count("\n") + _strip_final_semicolon(text[body_at:])
-    report = Report(name, path, sql, tables=_table_names(sql, path, silver_schema, gold_schema),
-                    **header)
+    tables = _table_names(sql, path, silver_schema, gold_schema)
+    incremental = header.pop("incremental", None)
+    if incremental is not None:
+        header["incremental"] = trace_grouping(incremental, sql, tables, path)
+    report = Report(name, path, sql, tables=tables, **header)
     if name in report.gold:
         raise ConfigError(f"gold report {path}: it reads itself ({gold_schema}.{name})")
     return report
@@ -208,6 +213,12 @@ def _parse_header(text: str, path: Path) -> tuple[dict, int]:
         header["columns"] = parse_columns(values["columns"], path)
     if "display order" in values:
         header["display_order"] = _display_order(values["display order"], path)
+    if "incremental by" in values:
+        column = values["incremental by"]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column):
+            raise ConfigError(f"gold report {path}: incremental by: expected one column "
+                              f"name, got {column!r}")
+        header["incremental"] = column
     return header, offset
 
 

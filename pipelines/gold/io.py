@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.catalog import (TableNames, TableRef, ensure_schema, read_table, save_table,
                                silver_names, table_exists)
-from pipelines.lake import trim_log
+from pipelines.lake import Lake, trim_log
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -30,8 +30,15 @@ log = logging.getLogger(__name__)
 class GoldIO(Protocol):
     """Where a report's tables are read from and its own table is written to."""
 
+    @property
+    def lake(self) -> Lake:
+        """The lake that holds gold's own state (pipelines/gold/state.py)."""
+
     def silver_table(self, name: str) -> TableRef | None:
         """The silver table analysts call `<silver_schema>.<name>`; None when missing."""
+
+    def tombstones(self, name: str) -> TableRef | None:
+        """That silver table's tombstones (its deleted keys); None when missing."""
 
     def report_location(self, report: str) -> str:
         """The gold table's name or path."""
@@ -41,6 +48,10 @@ class GoldIO(Protocol):
 
     def write_report(self, df: DataFrame, report: str) -> None:
         """Replace the gold table with `df` (one Delta commit)."""
+
+    def merge_report(self, df: DataFrame, report: str, replaced: str) -> None:
+        """Replace the gold table's rows where `replaced` (SQL over `t.<column>`) holds
+        with `df` (one MERGE, one Delta commit)."""
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         """The gold table as a DataFrame."""
@@ -54,6 +65,10 @@ class TableGoldIO:
     spark: SparkSession
     names: TableNames
 
+    @property
+    def lake(self) -> Lake:
+        return self.names.lake
+
     def silver_table(self, name: str) -> TableRef | None:
         if self.names.schemas is not None:  # a catalog table has the analysts' name
             schemas = self.names.schemas
@@ -66,6 +81,15 @@ class TableGoldIO:
     def _lake_silver(self) -> dict[str, tuple[str, str]]:
         # listed once per TableGoldIO (a gold run): a store's listing is a request per schema
         return silver_names(self.names.lake)
+
+    def tombstones(self, name: str) -> TableRef | None:
+        # at lake paths on every engine, also where silver is a catalog table
+        found = self._lake_tombstones.get(name)
+        return None if found is None else self.names.tombstones(*found)
+
+    @cached_property
+    def _lake_tombstones(self) -> dict[str, tuple[str, str]]:
+        return silver_names(self.names.lake, ("_state", "silver_tombstones"))
 
     def report_location(self, report: str) -> str:
         return str(self.names.gold(report))
@@ -81,6 +105,20 @@ class TableGoldIO:
         save_table(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
                    target)
         if target.path is not None:  # a catalog table's log is the catalog's business
+            trim_log(target.path)
+
+    def merge_report(self, df: DataFrame, report: str, replaced: str) -> None:
+        # ON FALSE: every new row is inserted, every old row of the groups deleted
+        target = self.names.gold(report)
+        view = f"_lh_gold_refresh__{report}"
+        df.createOrReplaceTempView(view)
+        try:
+            self.spark.sql(f"MERGE INTO {target.sql} t USING {view} s ON FALSE\n"
+                           "WHEN NOT MATCHED THEN INSERT *\n"
+                           f"WHEN NOT MATCHED BY SOURCE AND {replaced} THEN DELETE").collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
+        if target.path is not None:
             trim_log(target.path)
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:

@@ -1,10 +1,10 @@
-"""`run_gold`: rebuild the selected reports from silver, one Delta overwrite each.
+"""`run_gold`: refresh the selected reports from silver.
 
-Reports run in dependency order, so one that reads another sees it rebuilt in the same
+Reports run in dependency order, so one that reads another sees it refreshed in the same
 run; a report whose inputs are missing, or that reads a report skipped in this run, is
-skipped with the reason. Every report is checked before anything of it is written: the
-engine accepts its SQL, the query has the declared (or previously inferred) columns, and
-every value fits its type.
+skipped with the reason. A report is rebuilt whole (one Delta overwrite), or, with
+`incremental by`, by the groups that changed (pipelines/gold/refresh.py); each refresh
+is recorded for `status` (pipelines/gold/state.py).
 """
 
 from __future__ import annotations
@@ -14,41 +14,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from pyspark.sql import DataFrame, SparkSession
+from datetime import datetime, timezone
 
-from pipelines.engine import engine_message, query_errors
-from pipelines.errors import ConfigError, LakehouseError
-from pipelines.gold.conform import conform_to_schema, inferred_columns, validated_row_count
-from pipelines.gold.definitions import Column, Report, ReportSet, configured_reports
+from pyspark.sql import SparkSession
+
+from pipelines.errors import LakehouseError
+from pipelines.gold.build import ReportRun, materialize_report
+from pipelines.gold.definitions import Report, ReportSet, configured_reports
 from pipelines.gold.io import GoldIO, gold_io_for, register_inputs
+from pipelines.gold.refresh import refresh_incremental
+from pipelines.gold.state import FULL, Refresh, record_refresh
 from pipelines.metrics import count_error
 
 if TYPE_CHECKING:
     from pipelines.config import Config
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ReportRun:
-    """What happened to one report: written with `rows` rows, skipped (an input is
-    missing) or failed (its file or its values are wrong), and why."""
-
-    report: str
-    target: str
-    rows: int = 0
-    seconds: float = 0.0
-    skipped: str | None = None
-    error: str | None = None
-    exit_code: int = 0  # of the error: 2 for the report's file, 4 for its values
-
-    def summary(self) -> str:
-        """One line for the CLI."""
-        if self.error:
-            return f"{self.report}: failed, {self.error}"
-        if self.skipped:
-            return f"{self.report}: skipped, {self.skipped}"
-        return f"{self.report}: {self.rows} rows in {self.seconds:.2f} s -> {self.target}"
 
 
 @dataclass(frozen=True)
@@ -116,7 +97,7 @@ def run_gold(spark: SparkSession, io: GoldIO, definitions: ReportSet,
             runs.append(ReportRun(report.name, io.report_location(report.name), skipped=reason))
             continue
         try:
-            runs.append(materialize_report(spark, report, views, io, full=full))
+            runs.append(refresh_report(spark, report, views, io, full=full))
         except LakehouseError as exc:  # the report's own mistake: the others go on
             count_error("gold_report")
             log_once(logging.ERROR, report.name, "failed", str(exc))
@@ -137,57 +118,14 @@ def log_once(level: int, report: str, what: str, reason: str) -> None:
     log.log(logging.DEBUG if logged else level, "gold %s %s: %s", report, what, reason)
 
 
-def build_report(spark: SparkSession, report: Report,
-                 views: dict[tuple[str, str], str]) -> DataFrame:
-    """The report's SQL over its registered views; the engine's rejection is a ConfigError
-    naming the file (the view names in its message are the engine's, the lines the file's)."""
-    try:
-        df = spark.sql(report.rewritten(views))
-        df.schema  # analysis: Spark Connect and Sail are lazy until asked
-    except query_errors() as exc:
-        raise ConfigError(f"gold report {report.path}: the engine rejects the query: "
-                          f"{_user_names(engine_message(exc), views)}") from exc
-    return df
 
 
-def _user_names(message: str, views: dict[tuple[str, str], str]) -> str:
-    for (schema, name), view in views.items():
-        message = message.replace(view, f"{schema}.{name}")
-    return message
-
-
-def report_columns(spark: SparkSession, report: Report, df: DataFrame, io: GoldIO,
-                   full: bool) -> tuple[Column, ...]:
-    """The columns the report is written with: declared, else those of its existing
-    table (so a later run cannot change them silently), else its query's."""
-    if report.columns is not None:
-        return report.columns
-    if not full and io.report_exists(report.name):
-        existing = inferred_columns(io.read_report(spark, report.name))
-        if sorted(n.lower() for n, _ in existing) != sorted(c.lower() for c in df.columns):
-            raise ConfigError(
-                f"gold report {report.path}: its columns changed from "
-                f"{', '.join(n for n, _ in existing)} to {', '.join(df.columns)}; declare them "
-                f"in a `-- columns:` header, or run `lakehouse gold --full --report "
-                f"{report.name}` to take the new ones")
-        return existing
-    try:
-        return inferred_columns(df)
-    except ConfigError as exc:
-        raise ConfigError(f"gold report {report.path}: {exc}") from exc
-
-
-def materialize_report(spark: SparkSession, report: Report, views: dict[tuple[str, str], str],
-                       io: GoldIO, *, full: bool = False) -> ReportRun:
-    """Build, check (one action) and write (one Delta commit) a single report."""
-    started = time.monotonic()
-    df = build_report(spark, report, views)
-    columns = report_columns(spark, report, df, io, full)
-    try:
-        rows = validated_row_count(df, columns, str(report.path))
-    except ConfigError as exc:
-        raise ConfigError(f"gold report {report.path}: {exc}") from exc
-    io.write_report(conform_to_schema(df, columns), report.name)
-    seconds = time.monotonic() - started
-    log.info("gold %s: %d rows in %.2f s", report.name, rows, seconds)
-    return ReportRun(report.name, io.report_location(report.name), rows, seconds)
+def refresh_report(spark: SparkSession, report: Report, views: dict[tuple[str, str], str],
+                   io: GoldIO, *, full: bool = False) -> ReportRun:
+    """Build one report, by groups when it is incremental, and record the refresh."""
+    if report.incremental is not None:
+        return refresh_incremental(spark, report, views, io, full=full)
+    run = materialize_report(spark, report, views, io, full=full)
+    record_refresh(io.lake, Refresh(report.name, datetime.now(timezone.utc), FULL, run.rows,
+                                    run.seconds))
+    return run

@@ -74,7 +74,7 @@ def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
             continue
         if not ranges or ranges[0][0] is None:  # an empty batch
             return None
-        between = [f"t.{quote(key)} BETWEEN {_literal(low)} AND {_literal(high)}"
+        between = [f"t.{quote(key)} BETWEEN {sql_literal(low)} AND {sql_literal(high)}"
                    for low, high in ranges]
         terms.append(between[0] if len(between) == 1 else f"({' OR '.join(between)})")
     return " AND ".join(terms) or None
@@ -103,7 +103,7 @@ def _integer_ranges(batch: DataFrame, key: str) -> list[tuple[int, int]]:
     return [(r.v, end) for r, end in zip(starts, ends)]
 
 
-def _literal(value: object) -> str:
+def sql_literal(value: object) -> str:
     if isinstance(value, str):
         return f"'{_string(value)}'"
     if isinstance(value, date):

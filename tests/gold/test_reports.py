@@ -11,7 +11,7 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.display import format_report
 from pipelines.gold.io import view_name
-from pipelines.gold.run import build_report
+from pipelines.gold.build import build_report
 from tests.gold.conftest import SILVER_VIEWS
 
 pytestmark = pytest.mark.spark

@@ -1,5 +1,6 @@
 -- description: distinct users with at least one time entry per UTC day of started_at
 -- columns: day date, active_users bigint
+-- incremental by: day
 -- display order: day desc
 
 -- Distinct users with at least one time entry started on the UTC day.

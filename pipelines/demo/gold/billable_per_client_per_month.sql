@@ -2,6 +2,7 @@
 -- columns: month date, client_id int, client_name string, entries bigint
 -- columns: billable_amount decimal(20,2), billable_hours decimal(18,4)
 -- columns: hourly_rate decimal(10,2), billable_hours_amount decimal(20,2)
+-- incremental by: month
 -- display order: month desc, billable_amount desc, client_id
 
 -- Billable money per client per calendar month (UTC) of started_at, in exact decimals.

@@ -1,5 +1,6 @@
 -- description: finished time entries per user, project and UTC day of started_at
 -- columns: day date, user_id bigint, project_id int, entries bigint, micros decimal(38,0)
+-- incremental by: day
 -- display order: day desc, micros desc, user_id, project_id
 
 -- The entry rules the hours reports share (they read this report):

@@ -1,0 +1,314 @@
+"""Refresh an incremental report (`incremental by: <column>`) by the groups that changed.
+
+The report's column is a function of one row of one silver table, its *driving* table
+(pipelines/gold/grouping.py). A refresh:
+
+1. finds the touched groups: the group of every row of the driving table whose position
+   is newer than the last refresh, and, from the report's group index, the group each
+   of those rows and each newly deleted key (its tombstone) was in before;
+2. runs the report's own SQL over the driving table's rows of those groups only (the
+   other tables whole);
+3. replaces those groups in the gold table with one MERGE, then updates the index.
+
+The last refresh's record says how far it got (pipelines/gold/state.py) and is written
+last: after a crash before it, the next refresh replaces the same groups again, which
+changes nothing. It falls back to a full recompute when that is the only safe answer:
+no record yet, `--full`, another table the report reads changed, the traced
+expression changed, too many groups changed, or the index does not account for every
+row of the table (a truncate, a rebuild, tombstones expired before the refresh).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.catalog import TableRef, delta_path, quote, read_table
+from pipelines.errors import ConfigError
+from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
+from pipelines.gold.conform import conform_to_schema, validated_row_count
+from pipelines.gold.grouping import GROUP_TYPES, Grouping
+from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, read_refreshes,
+                                  record_refresh)
+from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, is_after
+from pipelines.silver.merge import key_range, sql_literal
+from pipelines.silver.progress import START
+
+if TYPE_CHECKING:
+    from pipelines.gold.definitions import Report
+    from pipelines.gold.io import GoldIO
+
+log = logging.getLogger(__name__)
+
+GROUP, OP = "_group", "_op"
+MAX_GROUPS = 10_000  # more touched groups than this: a full recompute is as cheap
+_META = (LSN, CHANGE_INDEX, COMMIT_TS)
+Position = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Driving:
+    """The driving silver table as this refresh reads it."""
+
+    table: TableRef
+    marks: TableRef | None  # its tombstones
+    rows: DataFrame
+    tombstones: DataFrame | None
+    keys: tuple[str, ...]  # its primary key (the tombstone table's key columns)
+
+    def newest_after(self, position: Position, *, again: SparkSession | None = None
+                     ) -> Position | None:
+        """The newest position of a row or a deleted key after `position` (None when
+        there is none): silver applies changes in position order, so any change to the
+        table is after the last one seen. With `again`, the tables are read anew (a
+        DataFrame may keep the version it read)."""
+        frames = [self.rows, self.tombstones] if again is None else \
+            [read_table(again, t) for t in (self.table, self.marks) if t is not None]
+        return newest_position(frames, position)
+
+
+def newest_position(frames: list[DataFrame | None], after: Position = START
+                    ) -> Position | None:
+    """The newest (_lsn, _change_index) after `after` in any of `frames`, or None."""
+    found = [_newest(df, after) for df in frames if df is not None]
+    return max((p for p in found if p is not None), default=None)
+
+
+def _newest(df: DataFrame, after: Position) -> Position | None:
+    # two plain maxima instead of max(struct(...)), which Sail computes several times
+    # slower; the `_lsn >=` filter lets the engines skip the files of older positions
+    new = df.filter(F.col(LSN) >= after[0]).filter(
+        is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(after[0]), F.lit(after[1])))
+    lsn = new.agg(F.max(LSN)).first()[0]
+    if lsn is None:
+        return None
+    return lsn, new.filter(F.col(LSN) == lsn).agg(F.max(CHANGE_INDEX)).first()[0]
+
+
+def refresh_incremental(spark: SparkSession, report: "Report",
+                        views: dict[tuple[str, str], str], io: "GoldIO", *,
+                        full: bool = False) -> ReportRun:
+    """Refresh `report` by its touched groups, or whole when that is the only safe way;
+    record what was done."""
+    started = time.monotonic()
+    grouping = report.incremental
+    assert grouping is not None
+    driving = _driving(spark, io, grouping)
+    inputs = _inputs(spark, io, report)
+    last = read_refreshes(io.lake).get(report.name)
+    reason = _why_full(last, grouping, driving, inputs, full,
+                       group_index(io.lake, report.name).exists())
+    seen = START if reason else last.position
+    position = driving.newest_after(seen) or (None if seen == START else seen)
+    outcome: tuple[int, int, int] | str | None = None
+    if reason is None:
+        outcome = _by_groups(spark, report, views, io, driving, seen)
+        if isinstance(outcome, str):
+            reason = outcome
+            position = driving.newest_after(START)
+    if reason is not None:
+        run = materialize_report(spark, report, views, io, full=full)
+        table_rows = _rebuild_index(spark, report, io, driving)
+        rows, groups = run.rows, None
+        log.info("gold %s: built whole (%s)", report.name, reason)
+    else:
+        rows, groups, table_rows = outcome
+    moved = driving.newest_after(position or START, again=spark) is not None
+    seconds = time.monotonic() - started
+    record_refresh(io.lake, Refresh(
+        report.name, datetime.now(timezone.utc), FULL if reason else INCREMENTAL, rows,
+        seconds, groups, reason, grouping.expression, *(position or (None, None)),
+        table_rows, inputs, needs_full=moved))
+    if moved:
+        log.warning("gold %s: silver %s changed during the refresh; the next refresh "
+                    "rebuilds the report whole", report.name, grouping.table)
+    return ReportRun(report.name, io.report_location(report.name), rows, seconds,
+                     groups=groups)
+
+
+def _driving(spark: SparkSession, io: "GoldIO", grouping: Grouping) -> Driving:
+    silver = io.silver_table(grouping.table)
+    marks_ref = io.tombstones(grouping.table)
+    rows = read_table(spark, silver)
+    marks = None if marks_ref is None else read_table(spark, marks_ref)
+    keys = () if marks is None else tuple(c for c in marks.columns if c not in _META)
+    return Driving(silver, marks_ref, rows, marks, keys)
+
+
+def _inputs(spark: SparkSession, io: "GoldIO", report: "Report") -> str:
+    """What the report's other tables look like now, as JSON: a silver table's row count
+    and newest positions, a report's last refresh. A change means a full recompute."""
+    grouping = report.incremental
+    refreshes = read_refreshes(io.lake)
+    state = {}
+    for table in {t.parts: t for t in report.tables}.values():
+        if table.kind == "silver" and table.name == grouping.table:
+            continue
+        if table.kind == "gold":
+            last = refreshes.get(table.name)
+            state[str(table)] = last.refreshed_at.isoformat() if last else None
+            continue
+        rows = read_table(spark, io.silver_table(table.name))
+        marks = io.tombstones(table.name)
+        newest = newest_position([rows, None if marks is None else read_table(spark, marks)])
+        state[str(table)] = [rows.count(), list(newest) if newest else None]
+    return json.dumps(state, sort_keys=True)
+
+
+def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs: str,
+              full: bool, indexed: bool) -> str | None:
+    """Why this refresh must recompute the report whole; None when groups will do."""
+    if full:
+        return "--full"
+    if not driving.keys:
+        return f"silver {grouping.table} has no tombstone table yet, so no key"
+    if last is None or last.grouping is None:
+        return "first build"
+    if not indexed:
+        return "its group index is missing"
+    if last.needs_full:
+        return f"silver {grouping.table} changed during the last refresh"
+    if last.grouping != grouping.expression:
+        return "its incremental by column is computed differently"
+    if last.inputs != inputs:
+        return "another table it reads changed"
+    return None
+
+
+def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
+               io: "GoldIO", driving: Driving, seen: Position) -> tuple[int, int, int] | str:
+    """Replace the touched groups: (rows written, groups replaced, rows of the driving
+    table), or why they cannot be."""
+    grouping = report.incremental
+    group_type = _group_type(io.read_report(spark, report.name), grouping, report)
+    group = F.expr(grouping.expression).cast(group_type)
+    since = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1]))
+    keys = list(driving.keys)
+    changed = driving.rows.filter(since).select(*keys, group.alias(GROUP))
+    deleted = driving.tombstones.filter(since).select(*keys)
+    index = spark.read.format("delta").load(group_index(io.lake, report.name).uri)
+    before = index.join(changed.select(*keys).unionByName(deleted), keys, "left_semi")
+    touched = [r[0] for r in changed.select(GROUP).unionByName(before.select(GROUP))
+               .distinct().limit(MAX_GROUPS + 1).collect()]
+    if len(touched) > MAX_GROUPS:
+        return f"more than {MAX_GROUPS:,} groups changed"
+    if touched:
+        view = views[next(t.parts for t in report.tables
+                          if t.kind == "silver" and t.name == grouping.table)]
+        driving.rows.filter(in_groups(group, touched)).createOrReplaceTempView(view)
+        try:  # every action on the report: Spark Connect resolves the view at each one
+            rows = _replace_groups(spark, report, views, io, touched)
+        finally:  # a full build after this one reads the whole table again
+            driving.rows.createOrReplaceTempView(view)
+        _update_index(spark, io, report.name, keys, changed, deleted)
+    else:
+        rows = 0
+    indexed = spark.read.format("delta").load(group_index(io.lake, report.name).uri).count()
+    table_rows = read_table(spark, driving.table).count()
+    if indexed != table_rows:
+        return (f"its group index holds {indexed:,} keys and silver {grouping.table} "
+                f"{table_rows:,} rows (a truncate, a rebuild or expired tombstones)")
+    log.info("gold %s: %d group(s) replaced, %d rows", report.name, len(touched), rows)
+    return rows, len(touched), table_rows
+
+
+def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
+                    io: "GoldIO", touched: list) -> int:
+    """Run the report over the touched groups' rows, check it, MERGE it: rows written."""
+    column = report.incremental.column
+    df = build_report(spark, report, views)
+    columns = report_columns(spark, report, df, io, False)
+    rows = validated_row_count(df, columns, str(report.path))
+    result = conform_to_schema(df, columns)
+    stray = result.filter(~in_groups(F.col(column), touched)).limit(1).collect()
+    if stray:
+        raise ConfigError(
+            f"gold report {report.path}: incremental by {column}: the query gave a row of "
+            f"group {stray[0][column]!r} from rows of other groups; each group's rows must "
+            "come from the silver rows of that group (remove the header line, or group by "
+            "a column computed from each row)")
+    io.merge_report(result, report.name, in_groups(f"t.{quote(column)}", touched, sql=True))
+    return rows
+
+
+def _group_type(gold: DataFrame, grouping: Grouping, report: "Report") -> str:
+    """The report column's type, if its values can name a group in SQL text."""
+    type_ = next((f.dataType.simpleString() for f in gold.schema.fields
+                  if f.name.lower() == grouping.column.lower()), None)
+    if type_ not in GROUP_TYPES:
+        raise ConfigError(f"gold report {report.path}: incremental by {grouping.column}: "
+                          f"its type is {type_}; a group column is one of "
+                          f"{', '.join(GROUP_TYPES)}")
+    return type_
+
+
+def in_groups(column, values: list, *, sql: bool = False):
+    """`column` is one of `values` (NULL included when it is one of them): a Column, or
+    SQL text when `sql` (then `column` is the text)."""
+    literals = [sql_literal(v) for v in values if v is not None]
+    if sql:
+        terms = [f"{column} IN ({', '.join(literals)})"] if literals else []
+        if None in values:
+            terms.append(f"{column} IS NULL")
+        return "(" + (" OR ".join(terms) or "FALSE") + ")"
+    condition = column.isin([v for v in values if v is not None]) if literals else F.lit(False)
+    return condition | column.isNull() if None in values else condition
+
+
+def _update_index(spark: SparkSession, io: "GoldIO", report: str, keys: list[str],
+                  changed: DataFrame, deleted: DataFrame) -> None:
+    """Upsert the changed rows' groups into the index, remove the deleted keys."""
+    updates = changed.withColumn(OP, F.lit("u")).unionByName(
+        deleted.join(changed.select(*keys), keys, "left_anti")
+        .withColumn(GROUP, F.lit(None).cast(changed.schema[GROUP].dataType))
+        .withColumn(OP, F.lit("d")))
+    view = f"_lh_gold_index__{report}"
+    updates.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    bounds = key_range(updates, keys)
+    if bounds:
+        on += f" AND {bounds}"
+    columns = ", ".join(quote(c) for c in [*keys, GROUP])
+    values = ", ".join(f"s.{quote(c)}" for c in [*keys, GROUP])
+    target = delta_path(group_index(io.lake, report))
+    spark.sql(f"MERGE INTO {target} t USING {view} s ON {on}\n"
+              f"WHEN MATCHED AND s.{OP} = 'd' THEN DELETE\n"
+              f"WHEN MATCHED THEN UPDATE SET t.{GROUP} = s.{GROUP}\n"
+              f"WHEN NOT MATCHED AND s.{OP} = 'u' THEN INSERT ({columns}) VALUES ({values})"
+              ).collect()
+    spark.catalog.dropTempView(view)
+
+
+def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
+                   driving: Driving) -> int | None:
+    """After a full build: every key's group, written anew; and the check that the
+    traced expression gives the report's own values (else incremental refreshes would
+    replace the wrong groups). The table's row count, or None without a key."""
+    if not driving.keys:
+        return None
+    grouping = report.incremental
+    gold = io.read_report(spark, report.name)
+    group = F.expr(grouping.expression).cast(_group_type(gold, grouping, report))
+    where = group_index(io.lake, report.name)
+    (driving.rows.select(*driving.keys, group.alias(GROUP))
+     .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .save(where.uri))
+    index = spark.read.format("delta").load(where.uri)
+    groups = index.select(F.col(GROUP)).distinct()
+    unknown = (gold.select(F.col(grouping.column).alias("_value")).distinct()
+               .join(groups, F.col("_value").eqNullSafe(groups[GROUP]), "left_anti"))
+    stray = unknown.limit(1).collect()
+    if stray:
+        raise ConfigError(
+            f"gold report {report.path}: incremental by {grouping.column}: the report has "
+            f"group {stray[0][0]!r}, which no row of silver {grouping.table} gives as "
+            f"{grouping.expression}; the report was written whole, but cannot be refreshed "
+            "by groups: remove the header line or group by a column computed from each row")
+    return index.count()

@@ -1,0 +1,115 @@
+"""Gold's bookkeeping in the lake: each report's last refresh, and each incremental
+report's group index.
+
+`_state/gold_refreshes` holds one row per report (replaced, delta-rs overwrite with a
+predicate on the report): when it was refreshed, whole or by groups and how many, and
+for an incremental report the silver position it was refreshed to and what its inputs
+looked like. `status` reads it without Spark.
+
+`_state/gold_groups/<report>` is an incremental report's group index: every key of its
+silver table with the group its row was in at the last refresh. A refresh needs the
+old group of a row that changed or was deleted, and silver keeps only the new row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from pipelines.lake import LOG_RETENTION, Lake, TableLocation, read_delta, with_log_retention
+
+FULL, INCREMENTAL = "full", "incremental"
+_UTC = pa.timestamp("us", tz="UTC")
+
+SCHEMA = pa.schema([
+    pa.field("report", pa.string(), nullable=False),
+    pa.field("refreshed_at", _UTC, nullable=False),
+    pa.field("kind", pa.string(), nullable=False),  # full | incremental
+    pa.field("rows", pa.int64(), nullable=False),  # rows written (a refresh: its groups')
+    pa.field("seconds", pa.float64(), nullable=False),
+    pa.field("groups", pa.int64()),  # groups replaced by an incremental refresh
+    pa.field("reason", pa.string()),  # why an incremental report was rebuilt whole
+    # incremental reports only:
+    pa.field("grouping", pa.string()),  # the traced row expression it was built with
+    pa.field("lsn", pa.int64()),  # the silver table's newest position it has seen
+    pa.field("change_index", pa.int64()),
+    pa.field("table_rows", pa.int64()),  # the silver table's rows, as the index has them
+    pa.field("inputs", pa.string()),  # the other tables it reads, as they were (JSON)
+    pa.field("needs_full", pa.bool_()),  # silver changed during the refresh: rebuild next
+])
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """One report's last refresh, as recorded."""
+
+    report: str
+    refreshed_at: datetime
+    kind: str
+    rows: int
+    seconds: float
+    groups: int | None = None
+    reason: str | None = None
+    grouping: str | None = None
+    lsn: int | None = None
+    change_index: int | None = None
+    table_rows: int | None = None
+    inputs: str | None = None
+    needs_full: bool = False
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """The silver position an incremental report was refreshed to (-1, -1: none)."""
+        return (self.lsn, self.change_index) if self.lsn is not None else (-1, -1)
+
+    def summary(self) -> str:
+        """e.g. 'incremental, 12 groups (340 rows)' or 'full, 900 rows'."""
+        if self.kind == INCREMENTAL:
+            return f"incremental, {self.groups:,} group(s) replaced ({self.rows:,} rows)"
+        reason = f" ({self.reason})" if self.reason else ""
+        return f"full, {self.rows:,} rows{reason}"
+
+
+def refreshes_table(lake: Lake) -> TableLocation:
+    return lake.state("gold_refreshes")
+
+
+def group_index(lake: Lake, report: str) -> TableLocation:
+    """Where an incremental report keeps its group index."""
+    return lake.state("gold_groups", report)
+
+
+def read_refreshes(lake: Lake) -> dict[str, Refresh]:
+    """Every report's last refresh, by report; empty before the first."""
+    try:
+        rows = read_delta(refreshes_table(lake)).to_pylist()
+    except TableNotFoundError:
+        return {}
+    names = {f.name for f in fields(Refresh)}
+    return {row["report"]: Refresh(**{k: v for k, v in row.items() if k in names})
+            for row in rows}
+
+
+def record_refresh(lake: Lake, refresh: Refresh) -> None:
+    """Replace the report's row (retrying a commit race with another report's writer)."""
+    where = refreshes_table(lake)
+    row = pa.Table.from_pylist([{f.name: getattr(refresh, f.name) for f in fields(refresh)}],
+                               schema=SCHEMA)
+    predicate = "report = '{}'".format(refresh.report.replace("'", "''"))
+    for attempt in range(20):
+        try:
+            table = with_log_retention(where.open())
+        except TableNotFoundError:
+            table = where.create(SCHEMA, configuration=LOG_RETENTION)
+        try:
+            write_deltalake(table, row, mode="overwrite", predicate=predicate)
+            return
+        except CommitFailedError:
+            if attempt == 19:
+                raise
+            time.sleep(0.05 * (attempt + 1))

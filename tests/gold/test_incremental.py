@@ -1,0 +1,208 @@
+"""Incremental gold refresh (`incremental by`) against a full recompute, on Sail and on
+classic Spark with delta-spark.
+
+Silver is written here the way silver leaves it (live rows with their positions, a
+tombstone per deleted key, nothing at all after a truncate), from a Python model of
+random histories: inserts, updates that move an entry to another day, month, user or
+project, deletes, re-inserts of deleted keys, truncates, and changes to a table the
+reports join (projects). After every batch `run_gold` refreshes the demo's reports, and
+each gold table must equal the report's query run over the whole of silver.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.catalog import TableNames
+from pipelines.gold.build import build_report, report_columns
+from pipelines.gold.conform import conform_to_schema
+from pipelines.gold.io import TableGoldIO, register_inputs
+from pipelines.gold.run import run_gold
+from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes
+from pipelines.lake import Lake
+
+from tests.gold.conftest import META, SILVER_DDL, SILVER_ROWS, entry, silver_frame, ts
+
+pytestmark = pytest.mark.spark
+
+DAYS = ["2026-03-30", "2026-03-31", "2026-04-01", "2026-04-02", "2026-05-01"]
+PROJECTS = [100, 101, 200, 300]
+KEY = "id string"
+
+op = st.one_of(
+    *[st.tuples(st.just("update"), st.integers(0, 50), st.sampled_from(DAYS),
+                st.integers(1, 2), st.sampled_from(PROJECTS), st.integers(-5, 90))] * 3,
+    st.tuples(st.just("insert"), st.sampled_from(DAYS), st.integers(1, 2),
+              st.sampled_from(PROJECTS), st.integers(-5, 90)),
+    st.tuples(st.just("update"), st.integers(0, 50), st.sampled_from(DAYS),
+              st.integers(1, 2), st.sampled_from(PROJECTS), st.integers(-5, 90)),
+    st.tuples(st.just("delete"), st.integers(0, 50)),
+    st.tuples(st.just("reinsert"), st.integers(0, 50), st.sampled_from(DAYS)),
+    st.tuples(st.just("truncate")),
+    st.tuples(st.just("project"), st.sampled_from(PROJECTS)),
+)
+histories = st.lists(st.lists(op, min_size=1, max_size=8), min_size=2, max_size=4)
+
+
+class SilverModel:
+    """Silver's contents after each change: live rows and tombstones, with positions."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple] = {}  # id -> (entry row, position)
+        self.tombstones: dict[str, int] = {}  # id -> position of the delete
+        self.projects = {row[0]: row for row in SILVER_ROWS["projects"]}
+        self.projects_lsn = 1
+        self.lsn = 1000
+        self.made = 0
+
+    def apply(self, change: tuple) -> None:
+        self.lsn += 1
+        kind, *args = change
+        live = sorted(self.rows)
+        if kind == "insert":
+            self.made += 1
+            self._put(f"n{self.made:03d}", *args)
+        elif kind == "update" and live:
+            self._put(live[args[0] % len(live)], *args[1:])
+        elif kind == "delete" and live:
+            key = live[args[0] % len(live)]
+            del self.rows[key]
+            self.tombstones[key] = self.lsn
+        elif kind == "reinsert" and self.tombstones:
+            dead = sorted(self.tombstones)
+            self._put(dead[args[0] % len(dead)], args[1], 1, 100, 30)
+        elif kind == "truncate":
+            self.rows.clear()
+            self.tombstones.clear()  # silver drops the tombstones below the floor
+        elif kind == "project":
+            id_, client, name, billable, started = self.projects[args[0]]
+            self.projects[args[0]] = (id_, client, name, not billable, started)
+            self.projects_lsn = self.lsn
+
+    def _put(self, key: str, day: str, user: int, project: int, minutes: int) -> None:
+        start = ts(f"{day} 23:40:00")
+        stop = start + dt.timedelta(minutes=minutes)
+        row = entry(key, user, project, start.strftime("%Y-%m-%d %H:%M:%S"),
+                    stop.strftime("%Y-%m-%d %H:%M:%S"), f"{minutes}.25")
+        self.rows[key] = (row, self.lsn)
+        self.tombstones.pop(key, None)
+
+    def write(self, spark, lake: Lake) -> None:
+        commit = ts("2027-02-01 00:00:00")
+        entries = [row + (lsn, 0, commit) for row, lsn in self.rows.values()]
+        tombstones = [(key, lsn, 0, commit) for key, lsn in self.tombstones.items()]
+        projects = [row + (self.projects_lsn, 0, commit) for row in self.projects.values()]
+        for where, rows, ddl in (
+                (lake.silver("public", "time_entries"), entries, SILVER_DDL["time_entries"]),
+                (lake.tombstones("public", "time_entries"), tombstones, KEY),
+                (lake.silver("public", "projects"), projects, SILVER_DDL["projects"])):
+            (spark.createDataFrame(rows, f"{ddl}, {META}").write.format("delta")
+             .mode("overwrite").save(where.uri))
+
+
+def write_static_silver(spark, lake: Lake) -> None:
+    for table in ("users", "clients"):
+        silver_frame(spark, table).write.format("delta").save(lake.silver("public", table).uri)
+
+
+def whole(spark, io, report) -> list[tuple]:
+    """The report's query over all of silver, as its gold table would hold it."""
+    views, missing = register_inputs(spark, io, report)
+    assert not missing
+    df = build_report(spark, report, views)
+    return sorted(conform_to_schema(df, report_columns(spark, report, df, io, False))
+                  .collect(), key=repr)
+
+
+def gold(spark, lake: Lake, report: str) -> list[tuple]:
+    return sorted(spark.read.format("delta").load(lake.gold(report).uri).collect(), key=repr)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(history=histories)
+def test_incremental_refresh_equals_a_full_recompute_after_every_batch(
+        spark, demo_reports, tmp_path_factory, history):
+    lake = Lake.of(tmp_path_factory.mktemp("lake"))
+    write_static_silver(spark, lake)
+    io = TableGoldIO(spark, TableNames(lake))
+    model = SilverModel()
+    for _ in range(3):
+        model.apply(("insert", "2026-03-31", 1, 100, 30))
+    model.write(spark, lake)
+    run_gold(spark, io, demo_reports)
+    kinds = []
+    for batch in history:
+        for change in batch:
+            model.apply(change)
+        model.write(spark, lake)
+        result = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports)
+        assert not result.failed and not result.skipped, result.runs
+        refreshes = read_refreshes(lake)
+        kinds.append(refreshes["finished_entries_per_day"].kind)
+        for report in demo_reports.reports:
+            assert gold(spark, lake, report.name) == whole(spark, io, report), (
+                report.name, batch, refreshes[report.name])
+    assert set(kinds) <= {INCREMENTAL, FULL}
+
+
+def test_a_refresh_replaces_only_the_touched_groups(spark, demo_reports, tmp_path):
+    lake = Lake.of(tmp_path / "lake")
+    write_static_silver(spark, lake)
+    io = TableGoldIO(spark, TableNames(lake))
+    model = SilverModel()
+    for day in DAYS:
+        model.apply(("insert", day, 1, 100, 30))
+    model.write(spark, lake)
+    reports = ["finished_entries_per_day", "active_users_per_day"]
+    first = run_gold(spark, io, demo_reports, reports)
+    assert [r.groups for r in first.runs] == [None, None]  # the first build is whole
+    assert {r.kind for r in read_refreshes(lake).values()} == {FULL}
+
+    model.apply(("update", 0, DAYS[1], 2, 100, 45))  # n001 moves from DAYS[0] to DAYS[1]
+    model.write(spark, lake)
+    second = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, reports)
+    assert {r.report: r.groups for r in second.runs} == {
+        "finished_entries_per_day": 2, "active_users_per_day": 2}
+    refresh = read_refreshes(lake)["finished_entries_per_day"]
+    assert (refresh.kind, refresh.groups, refresh.table_rows) == (INCREMENTAL, 2, 5)
+    assert refresh.summary() == "incremental, 2 group(s) replaced (2 rows)"
+    rows = sorted((r.day.isoformat(), r.user_id, r.entries) for r in
+                  spark.read.format("delta").load(lake.gold(reports[0]).uri).collect())
+    assert rows == [(DAYS[1], 1, 1), (DAYS[1], 2, 1), (DAYS[2], 1, 1), (DAYS[3], 1, 1),
+                    (DAYS[4], 1, 1)]
+
+    third = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, reports)
+    assert [r.groups for r in third.runs] == [0, 0]  # nothing changed: nothing written
+    assert [r.rows for r in third.runs] == [0, 0]
+
+    forced = run_gold(spark, io, demo_reports, reports, full=True)
+    assert [r.groups for r in forced.runs] == [None, None]
+    assert read_refreshes(lake)["active_users_per_day"].reason == "--full"
+
+
+def test_a_money_value_survives_the_merge(spark, demo_reports, tmp_path):
+    """billable_per_client_per_month by month: decimals and a client join."""
+    lake = Lake.of(tmp_path / "lake")
+    write_static_silver(spark, lake)
+    model = SilverModel()
+    model.apply(("insert", "2026-03-31", 1, 100, 30))
+    model.apply(("insert", "2026-04-01", 1, 100, 30))
+    model.write(spark, lake)
+    io = TableGoldIO(spark, TableNames(lake))
+    run_gold(spark, io, demo_reports, ["billable_per_client_per_month"])
+    model.apply(("update", 0, "2026-04-02", 1, 100, 61))
+    model.write(spark, lake)
+    run = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports,
+                   ["billable_per_client_per_month"]).runs[0]
+    assert run.groups == 2  # March loses its entry, April gains it
+    rows = {r.month.isoformat(): r.billable_amount for r in
+            spark.read.format("delta").load(lake.gold("billable_per_client_per_month").uri)
+            .collect()}
+    assert rows == {"2026-04-01": Decimal("91.50")}
