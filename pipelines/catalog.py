@@ -216,6 +216,14 @@ def table_exists(spark: "SparkSession", table: TableRef) -> bool:
     return spark.catalog.tableExists(table.sql)
 
 
+def staged(spark: "SparkSession", frame: "DataFrame", where: TableLocation) -> "DataFrame":
+    """`frame` materialized as Parquet at `where` (overwritten by the next use) and read
+    back: the steps after it read plain files instead of running `frame`'s plan again,
+    and all see the same rows."""
+    frame.write.mode("overwrite").parquet(where.uri)
+    return spark.read.schema(frame.schema).parquet(where.uri)
+
+
 def ensure_schema(spark: "SparkSession", table: TableRef) -> None:
     """Create a catalog table's schema if it is missing (nothing to do for a path).
     Looked up first: a job allowed to use an existing schema need not be allowed to

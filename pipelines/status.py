@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.config import Config
 from pipelines.errors import SourceError
+from pipelines.gold.state import Refresh, read_refreshes
 from pipelines.bronze.generations import Registry
 from pipelines.ingest.bronze_writer import landed_lsn, read_progress
 from pipelines.ingest.lsn import format_lsn
@@ -67,7 +68,7 @@ class LakeStatus:
     bronze_newest_change_at: datetime | None = None  # newest source commit landed
     bronze_confirmable_lsn: str | None = None  # end of the last whole transaction landed
     silver: dict[str, dict] = field(default_factory=dict)  # table -> position, run, error
-    gold: dict[str, datetime] = field(default_factory=dict)  # report -> last refresh
+    gold: dict[str, Refresh] = field(default_factory=dict)  # report -> its last refresh
 
 
 def lake_status(config: Config) -> LakeStatus:
@@ -83,9 +84,8 @@ def lake_status(config: Config) -> LakeStatus:
         "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
         "last_run_at": row["updated_at"], "error": row["error"]}
         for row in silver_progress_rows(lake)}
-    gold = {report: commit_time(lake.gold(report).open())
-            for report in lake.delta_tables("gold")}
-    return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver, gold)
+    return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver,
+                      read_refreshes(lake))
 
 
 def silver_progress_rows(lake: Lake) -> list[dict]:
@@ -156,8 +156,9 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
     lines += [backfill_line(b) for b in backfills]
     lines += [f"resync {table}: scheduled by `lakehouse recover`, not started: run "
               "`lakehouse backfill`" for table in resyncs]
-    for report, refreshed in lake.gold.items():
-        lines.append(f"gold {report}: refreshed {_ago(now, refreshed)} ago")
+    for report, refresh in sorted(lake.gold.items()):
+        lines.append(f"gold {report}: refreshed {_ago(now, refresh.refreshed_at)} ago, "
+                     f"{refresh.summary()}")
     return lines
 
 

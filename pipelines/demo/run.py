@@ -249,7 +249,7 @@ def summary(config: Config, timings: Timings, gold_rows: int) -> list[tuple[str,
     if timings.freshness is not None:
         rows.append(("freshness", f"{timings.freshness:.1f} s from a source commit to silver"))
     rows += [(name, f"{seconds:.1f} s") for name, seconds in timings.phases.items()]
-    rows += [("gold rows", f"{gold_rows:,}"),
+    rows += [("gold rows written", f"{gold_rows:,}"),
              ("total", f"{time.monotonic() - timings.started:.1f} s")]
     return rows
 

@@ -17,9 +17,11 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run each report of the config's gold.reports directory (one\n"
         "<report>.sql file each, docs/gold.md) with Spark SQL over the silver tables\n"
-        "and other reports, in dependency order, and overwrite the report's Delta table:\n"
+        "and other reports, in dependency order, and write the report's Delta table:\n"
         "<lake>/gold/<report>, or <databricks.catalog>.<databricks.gold_schema>.<report>\n"
-        "with engine databricks. Prints one line per report.\n\n"
+        "with engine databricks. A report whose header says `incremental by: <column>`\n"
+        "is refreshed by the groups of that column that silver changed since its last\n"
+        "refresh; the others are rebuilt whole. Prints one line per report.\n\n"
         "A report that fails is logged and nothing of it is written; the reports that do\n"
         "not read it are still built. Exit 2: a report file is wrong (named in the\n"
         "message), or a report was skipped because a table it reads does not exist yet;\n"
@@ -28,8 +30,9 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                         nargs="+", help="only these reports (repeatable; default: all); "
                         "the reports they read are used as they are")
     parser.add_argument("--full", action="store_true",
-                        help="take the columns of reports without a `-- columns:` header "
-                        "from their query again, instead of keeping the existing table's")
+                        help="rebuild every selected report whole, incremental ones too, "
+                        "and take the columns of reports without a `-- columns:` header "
+                        "from their query again instead of keeping the existing table's")
     parser.set_defaults(handler=handler)
 
 

@@ -55,6 +55,7 @@ def trace_grouping(column: str, sql: str, tables: tuple["TableName", ...],
         root = lineage(column, sql, schema=None, dialect="spark")
     except (sqlglot.errors.SqlglotError, ValueError, KeyError) as exc:
         raise ConfigError(f"{where}: not a column of the query ({exc})") from exc
+    expression = _row_expression(root, where)
     leaves = {(t.kind, t.name) for t in _leaf_tables(root, tables)}
     if len(leaves) != 1:
         found = ", ".join(sorted(f"{kind} {name}" for kind, name in leaves)) or "no table"
@@ -68,7 +69,6 @@ def trace_grouping(column: str, sql: str, tables: tuple["TableName", ...],
     if sum(1 for t in tables if t.kind == kind and t.name == table) != 1:
         raise ConfigError(f"{where}: the report reads {table} more than once, so a group's "
                           "rows cannot be told apart")
-    expression = _row_expression(root, where)
     return Grouping(column, table, expression.sql(dialect="spark"))
 
 
@@ -97,10 +97,12 @@ def _row_expression(node: Node, where: str) -> exp.Expression:
         raise ConfigError(f"{where}: the column is computed with {bad.sql(dialect='spark')}, "
                           "not from one row; group by a column computed from each row")
     downstream: dict[str, list[Node]] = {}
-    for child in node.downstream:
+    for child in node.downstream:  # by "alias.column" and by "column"
+        downstream.setdefault(child.name.lower(), []).append(child)
         downstream.setdefault(child.name.split(".")[-1].lower(), []).append(child)
     for column in list(expression.find_all(exp.Column)):
-        sources = downstream.get(column.name.lower(), [])
+        name = f"{column.table}.{column.name}" if column.table else column.name
+        sources = downstream.get(name.lower(), [])
         if len(sources) != 1:
             raise ConfigError(f"{where}: cannot tell where {column.sql(dialect='spark')} "
                               "comes from (a UNION or a column of several tables)")

@@ -49,9 +49,9 @@ class GoldIO(Protocol):
     def write_report(self, df: DataFrame, report: str) -> None:
         """Replace the gold table with `df` (one Delta commit)."""
 
-    def merge_report(self, df: DataFrame, report: str, replaced: str) -> None:
-        """Replace the gold table's rows where `replaced` (SQL over `t.<column>`) holds
-        with `df` (one MERGE, one Delta commit)."""
+    def replace_groups(self, df: DataFrame, report: str, where: str) -> None:
+        """Replace the gold table's rows for which `where` (SQL over its columns) holds
+        with `df`, in one Delta commit."""
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         """The gold table as a DataFrame."""
@@ -107,17 +107,12 @@ class TableGoldIO:
         if target.path is not None:  # a catalog table's log is the catalog's business
             trim_log(target.path)
 
-    def merge_report(self, df: DataFrame, report: str, replaced: str) -> None:
-        # ON FALSE: every new row is inserted, every old row of the groups deleted
+    def replace_groups(self, df: DataFrame, report: str, where: str) -> None:
+        # Delta's selective overwrite: one commit deletes the rows `where` holds for and
+        # adds df's, rewriting only the files that may hold such rows (their statistics)
         target = self.names.gold(report)
-        view = f"_lh_gold_refresh__{report}"
-        df.createOrReplaceTempView(view)
-        try:
-            self.spark.sql(f"MERGE INTO {target.sql} t USING {view} s ON FALSE\n"
-                           "WHEN NOT MATCHED THEN INSERT *\n"
-                           f"WHEN NOT MATCHED BY SOURCE AND {replaced} THEN DELETE").collect()
-        finally:
-            self.spark.catalog.dropTempView(view)
+        save_table(df.write.format("delta").mode("overwrite").option("replaceWhere", where),
+                   target)
         if target.path is not None:
             trim_log(target.path)
 

@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.catalog import TableRef, delta_path, quote, read_table
+from pipelines.catalog import TableRef, quote, read_table, staged
 from pipelines.errors import ConfigError
 from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
 from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
-from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, read_refreshes,
-                                  record_refresh)
+from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
+                                  read_refreshes, record_refresh)
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, is_after
-from pipelines.silver.merge import key_range, sql_literal
+from pipelines.silver.merge import sql_literal
 from pipelines.silver.progress import START
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUP, OP = "_group", "_op"
+GROUP = "_group"  # the index column of a key's group
 MAX_GROUPS = 10_000  # more touched groups than this: a full recompute is as cheap
 _META = (LSN, CHANGE_INDEX, COMMIT_TS)
 Position = tuple[int, int]
@@ -104,7 +104,8 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     inputs = _inputs(spark, io, report)
     last = read_refreshes(io.lake).get(report.name)
     reason = _why_full(last, grouping, driving, inputs, full,
-                       group_index(io.lake, report.name).exists())
+                       group_index(io.lake, report.name).exists()
+                       and io.report_exists(report.name))
     seen = START if reason else last.position
     position = driving.newest_after(seen) or (None if seen == START else seen)
     outcome: tuple[int, int, int] | str | None = None
@@ -172,7 +173,7 @@ def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs
     if last is None or last.grouping is None:
         return "first build"
     if not indexed:
-        return "its group index is missing"
+        return "its table or its group index is missing"
     if last.needs_full:
         return f"silver {grouping.table} changed during the last refresh"
     if last.grouping != grouping.expression:
@@ -191,8 +192,9 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
     group = F.expr(grouping.expression).cast(group_type)
     since = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1]))
     keys = list(driving.keys)
-    changed = driving.rows.filter(since).select(*keys, group.alias(GROUP))
-    deleted = driving.tombstones.filter(since).select(*keys)
+    changed = driving.rows.filter(F.col(LSN) >= seen[0]).filter(since) \
+        .select(*keys, group.alias(GROUP))
+    deleted = driving.tombstones.filter(F.col(LSN) >= seen[0]).filter(since).select(*keys)
     index = spark.read.format("delta").load(group_index(io.lake, report.name).uri)
     before = index.join(changed.select(*keys).unionByName(deleted), keys, "left_semi")
     touched = [r[0] for r in changed.select(GROUP).unionByName(before.select(GROUP))
@@ -202,12 +204,19 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
     if touched:
         view = views[next(t.parts for t in report.tables
                           if t.kind == "silver" and t.name == grouping.table)]
-        driving.rows.filter(in_groups(group, touched)).createOrReplaceTempView(view)
+        # read once: the report's checks, its write and the index's all read these rows
+        rows_of_groups = staged(spark, driving.rows.filter(in_groups(group, touched)),
+                                group_staging(io.lake, report.name))
+        rows_of_groups.createOrReplaceTempView(view)
         try:  # every action on the report: Spark Connect resolves the view at each one
             rows = _replace_groups(spark, report, views, io, touched)
         finally:  # a full build after this one reads the whole table again
             driving.rows.createOrReplaceTempView(view)
-        _update_index(spark, io, report.name, keys, changed, deleted)
+        # the index's rows of those groups, anew: a key that left a group leaves it, one
+        # that joined is there, a deleted key is gone
+        (rows_of_groups.select(*keys, group.alias(GROUP)).write.format("delta")
+         .mode("overwrite").option("replaceWhere", in_groups(GROUP, touched, sql=True))
+         .save(group_index(io.lake, report.name).uri))
     else:
         rows = 0
     indexed = spark.read.format("delta").load(group_index(io.lake, report.name).uri).count()
@@ -234,7 +243,7 @@ def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str
             f"group {stray[0][column]!r} from rows of other groups; each group's rows must "
             "come from the silver rows of that group (remove the header line, or group by "
             "a column computed from each row)")
-    io.merge_report(result, report.name, in_groups(f"t.{quote(column)}", touched, sql=True))
+    io.replace_groups(result, report.name, in_groups(quote(column), touched, sql=True))
     return rows
 
 
@@ -260,30 +269,6 @@ def in_groups(column, values: list, *, sql: bool = False):
         return "(" + (" OR ".join(terms) or "FALSE") + ")"
     condition = column.isin([v for v in values if v is not None]) if literals else F.lit(False)
     return condition | column.isNull() if None in values else condition
-
-
-def _update_index(spark: SparkSession, io: "GoldIO", report: str, keys: list[str],
-                  changed: DataFrame, deleted: DataFrame) -> None:
-    """Upsert the changed rows' groups into the index, remove the deleted keys."""
-    updates = changed.withColumn(OP, F.lit("u")).unionByName(
-        deleted.join(changed.select(*keys), keys, "left_anti")
-        .withColumn(GROUP, F.lit(None).cast(changed.schema[GROUP].dataType))
-        .withColumn(OP, F.lit("d")))
-    view = f"_lh_gold_index__{report}"
-    updates.createOrReplaceTempView(view)
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-    bounds = key_range(updates, keys)
-    if bounds:
-        on += f" AND {bounds}"
-    columns = ", ".join(quote(c) for c in [*keys, GROUP])
-    values = ", ".join(f"s.{quote(c)}" for c in [*keys, GROUP])
-    target = delta_path(group_index(io.lake, report))
-    spark.sql(f"MERGE INTO {target} t USING {view} s ON {on}\n"
-              f"WHEN MATCHED AND s.{OP} = 'd' THEN DELETE\n"
-              f"WHEN MATCHED THEN UPDATE SET t.{GROUP} = s.{GROUP}\n"
-              f"WHEN NOT MATCHED AND s.{OP} = 'u' THEN INSERT ({columns}) VALUES ({values})"
-              ).collect()
-    spark.catalog.dropTempView(view)
 
 
 def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",

@@ -84,6 +84,11 @@ def group_index(lake: Lake, report: str) -> TableLocation:
     return lake.state("gold_groups", report)
 
 
+def group_staging(lake: Lake, report: str) -> TableLocation:
+    """The silver rows of the groups an incremental refresh replaces (Parquet, scratch)."""
+    return lake.state("gold_staging", report)
+
+
 def read_refreshes(lake: Lake) -> dict[str, Refresh]:
     """Every report's last refresh, by report; empty before the first."""
     try:

@@ -24,7 +24,7 @@ from pyspark.sql.types import ArrayType, LongType, StructField, StructType, Time
 
 from pipelines.bronze.schema import OP_TRUNCATE
 from pipelines.catalog import (
-    TableNames, TableRef, ensure_schema, read_table, save_table, table_exists)
+    TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists)
 from pipelines.errors import DataError
 from pipelines.lake import Lake, TableLocation
 from pipelines.silver.batch import latest_events
@@ -346,10 +346,8 @@ def _truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
 
 def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
     """Materialize the batch's typed events (Parquet, overwritten by the next run)."""
-    path = run.lake.staging(shape.schema, shape.table).uri
-    frame = frame.drop(XID, OLD_KEY)
-    frame.write.mode("overwrite").parquet(path)
-    return run.spark.read.schema(frame.schema).parquet(path)
+    return staged(run.spark, frame.drop(XID, OLD_KEY), run.lake.staging(shape.schema,
+                                                                         shape.table))
 
 
 def _create_table(run: SilverContext, table: TableRef, schema: StructType,

@@ -67,6 +67,25 @@ def test_the_demo_reports():
     assert all(r.columns and r.description and r.display_order for r in reports.reports)
     assert reports.get("hours_per_user_per_week").silver == ("users",)
     assert reports.get("hours_per_user_per_week").gold == ("finished_entries_per_day",)
+    incremental = {r.name: (r.incremental.column, r.incremental.table)
+                   for r in reports.reports if r.incremental}
+    assert incremental == {"active_users_per_day": ("day", "time_entries"),
+                           "billable_per_client_per_month": ("month", "time_entries"),
+                           "finished_entries_per_day": ("day", "time_entries")}
+
+
+def test_an_incremental_column_is_traced_to_a_row_expression(tmp_path):
+    directory = reports_dir(tmp_path, {"per_day.sql": (
+        "-- incremental by: day\n"
+        "WITH e AS (SELECT user_id, started_at + INTERVAL 1 HOUR AS shifted\n"
+        "           FROM lakehouse_silver.time_entries)\n"
+        "SELECT to_date(x.shifted) AS day, u.email, count(*) AS n\n"
+        "FROM e x JOIN lakehouse_silver.users u ON u.id = x.user_id\n"
+        "GROUP BY 1, 2")})
+    [report] = load(directory).reports
+    assert report.incremental.table == "time_entries"
+    assert report.incremental.expression == \
+        "TO_DATE((`started_at` + INTERVAL '1' HOUR))"
 
 
 @pytest.mark.parametrize("files, message", [
@@ -93,6 +112,25 @@ def test_the_demo_reports():
     ({"a.sql": "INSERT INTO lakehouse_gold.b SELECT 1"}, r"a.sql: expected one SELECT query, got INSERT"),
     ({"a.sql": "SELECT FROM WHERE ("}, r"a.sql:1: the SQL does not parse: "),
     ({"Bad-Name.sql": "SELECT 1"}, r"Bad-Name.sql: the file name is the report's table name"),
+    ({"a.sql": "-- incremental by: day, user\nSELECT 1 AS day"},
+     r"a.sql: incremental by: expected one column name, got 'day, user'"),
+    ({"a.sql": "-- incremental by: nope\nSELECT id FROM lakehouse_silver.users"},
+     r"a.sql: incremental by nope: not a column of the query"),
+    ({"a.sql": "-- incremental by: n\nSELECT count(*) AS n FROM lakehouse_silver.users"},
+     r"a.sql: incremental by n: the column is computed with COUNT\(\*\), not from one row"),
+    ({"a.sql": "-- incremental by: d\nSELECT day AS d FROM lakehouse_gold.b",
+      "b.sql": "SELECT 1 AS day"},
+     r"a.sql: incremental by d: the column comes from the report b"),
+    ({"a.sql": "-- incremental by: k\nSELECT u.id + c.id AS k FROM lakehouse_silver.users u "
+               "JOIN lakehouse_silver.clients c ON true"},
+     r"a.sql: incremental by k: the column must be computed from the columns of one silver "
+     r"table, it comes from silver clients, silver users"),
+    ({"a.sql": "-- incremental by: k\nSELECT a.id AS k FROM lakehouse_silver.users a "
+               "JOIN lakehouse_silver.users b ON a.id = b.manager_id"},
+     r"a.sql: incremental by k: the report reads users more than once"),
+    ({"a.sql": "-- incremental by: k\nSELECT id AS k FROM lakehouse_silver.users "
+               "UNION ALL SELECT id FROM lakehouse_silver.users"},
+     r"a.sql: incremental by k: .*(more than once|cannot tell where)"),
 ])
 def test_a_bad_report_directory_is_a_config_error_naming_the_file(tmp_path, files, message):
     with pytest.raises(ConfigError, match=message) as error:

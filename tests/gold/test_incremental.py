@@ -25,6 +25,7 @@ from pipelines.gold.io import TableGoldIO, register_inputs
 from pipelines.gold.run import run_gold
 from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes
 from pipelines.lake import Lake
+from pipelines.status import LakeStatus, status_lines
 
 from tests.gold.conftest import META, SILVER_DDL, SILVER_ROWS, entry, silver_frame, ts
 
@@ -173,6 +174,9 @@ def test_a_refresh_replaces_only_the_touched_groups(spark, demo_reports, tmp_pat
     refresh = read_refreshes(lake)["finished_entries_per_day"]
     assert (refresh.kind, refresh.groups, refresh.table_rows) == (INCREMENTAL, 2, 5)
     assert refresh.summary() == "incremental, 2 group(s) replaced (2 rows)"
+    shown = status_lines(None, None, "unreachable", LakeStatus(gold=read_refreshes(lake)), [])
+    assert [line.split(" ago, ")[1] for line in shown if line.startswith("gold ")] == [
+        "incremental, 2 group(s) replaced (1 rows)", "incremental, 2 group(s) replaced (2 rows)"]
     rows = sorted((r.day.isoformat(), r.user_id, r.entries) for r in
                   spark.read.format("delta").load(lake.gold(reports[0]).uri).collect())
     assert rows == [(DAYS[1], 1, 1), (DAYS[1], 2, 1), (DAYS[2], 1, 1), (DAYS[3], 1, 1),

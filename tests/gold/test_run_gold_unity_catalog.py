@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 
 from pipelines.catalog import TableNames, qualified
 from pipelines.cli import main
@@ -19,7 +20,7 @@ from pipelines.config import load_config
 from pipelines.gold.definitions import configured_reports
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import gold_io_for
-from tests.gold.conftest import demo_reports_in
+from tests.gold.conftest import META, demo_reports_in, silver_frame, ts
 
 pytestmark = pytest.mark.spark
 
@@ -102,3 +103,32 @@ def test_missing_catalog_silver_tables_are_named_and_skipped(spark, make_silver_
         f"{config.databricks.gold_schema}.finished_entries_per_day"])
     assert lines["active_users_per_day"].startswith("11 rows in ")
     assert not spark.catalog.tableExists(names.gold("hours_per_project_per_day").sql)
+
+
+def test_an_incremental_report_replaces_its_groups_in_the_catalog_table(
+        spark, make_silver_frame, silver_rows, config_file, capsys):
+    """Silver in the catalog, its tombstones in the lake (as on Databricks): the second
+    refresh replaces the two days an updated entry left and joined, by replaceWhere on
+    the catalog table."""
+    config = load_config(config_file, environ={})
+    names = TableNames.from_config(config)
+    write_silver_tables(spark, make_silver_frame, names, ["time_entries"])
+    marks = names.tombstones("public", "time_entries")
+    spark.createDataFrame([], f"id string, {META}").write.format("delta").save(marks.path.uri)
+    command = ["--config", str(config_file), "gold", "--report", "finished_entries_per_day"]
+    assert main(command) == 0
+    assert " in 1 group(s) " not in capsys.readouterr().out  # the first build is whole
+
+    rows = [row if row[0] != "e01" else row[:3] + (ts("2026-03-05 09:00:00"),
+                                                    ts("2026-03-05 10:30:00")) + row[5:]
+            for row in silver_rows["time_entries"]]
+    moved = silver_frame(spark, "time_entries", rows).withColumn(
+        "_lsn", F.when(F.col("id") == "e01", F.lit(5000)).otherwise(F.col("_lsn")))
+    moved.write.format("delta").mode("overwrite").saveAsTable(
+        names.silver("public", "time_entries").sql)
+    assert main(command) == 0
+    assert " in 2 group(s) " in capsys.readouterr().out  # 2026-03-02 and 2026-03-05
+    gold = {(r.day.isoformat(), r.project_id): r.entries
+            for r in spark.table(names.gold("finished_entries_per_day").sql).collect()
+            if r.user_id == 1}
+    assert gold[("2026-03-02", 100)] == 1 and gold[("2026-03-05", 100)] == 2
