@@ -8,14 +8,16 @@ The report's column is a function of one row of one silver table, its *driving* 
    of those rows and each newly deleted key (its tombstone) was in before;
 2. runs the report's own SQL over the driving table's rows of those groups only (the
    other tables whole);
-3. replaces those groups in the gold table with one MERGE, then updates the index.
+3. replaces those groups in the gold table in one Delta commit (replaceWhere), then the
+   index's rows of those groups.
 
 The last refresh's record says how far it got (pipelines/gold/state.py) and is written
 last: after a crash before it, the next refresh replaces the same groups again, which
 changes nothing. It falls back to a full recompute when that is the only safe answer:
 no record yet, `--full`, another table the report reads changed, the traced
-expression changed, too many groups changed, or the index does not account for every
-row of the table (a truncate, a rebuild, tombstones expired before the refresh).
+expression changed, too many groups changed, the index is missing or keyed otherwise, or
+it does not account for every row of the table (a truncate, a rebuild, tombstones
+expired before the refresh).
 """
 
 from __future__ import annotations
@@ -104,8 +106,7 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     inputs = _inputs(spark, io, report)
     last = read_refreshes(io.lake).get(report.name)
     reason = _why_full(last, grouping, driving, inputs, full,
-                       group_index(io.lake, report.name).exists()
-                       and io.report_exists(report.name))
+                       _indexed_by(spark, io, report.name))
     seen = START if reason else last.position
     position = driving.newest_after(seen) or (None if seen == START else seen)
     outcome: tuple[int, int, int] | str | None = None
@@ -163,8 +164,16 @@ def _inputs(spark: SparkSession, io: "GoldIO", report: "Report") -> str:
     return json.dumps(state, sort_keys=True)
 
 
+def _indexed_by(spark: SparkSession, io: "GoldIO", report: str) -> tuple[str, ...]:
+    """The columns of the report's group index; () when it or the report is missing."""
+    where = group_index(io.lake, report)
+    if not (where.exists() and io.report_exists(report)):
+        return ()
+    return tuple(spark.read.format("delta").load(where.uri).columns)
+
+
 def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs: str,
-              full: bool, indexed: bool) -> str | None:
+              full: bool, indexed_by: tuple[str, ...]) -> str | None:
     """Why this refresh must recompute the report whole; None when groups will do."""
     if full:
         return "--full"
@@ -172,8 +181,10 @@ def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs
         return f"silver {grouping.table} has no tombstone table yet, so no key"
     if last is None or last.grouping is None:
         return "first build"
-    if not indexed:
+    if not indexed_by:
         return "its table or its group index is missing"
+    if indexed_by != (*driving.keys, GROUP):
+        return f"the key of silver {grouping.table} changed"
     if last.needs_full:
         return f"silver {grouping.table} changed during the last refresh"
     if last.grouping != grouping.expression:
@@ -230,7 +241,8 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
 
 def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
                     io: "GoldIO", touched: list) -> int:
-    """Run the report over the touched groups' rows, check it, MERGE it: rows written."""
+    """Run the report over the touched groups' rows, check it, replace those groups in
+    its table: the rows written."""
     column = report.incremental.column
     df = build_report(spark, report, views)
     columns = report_columns(spark, report, df, io, False)
