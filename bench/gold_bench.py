@@ -40,10 +40,14 @@ from pipelines.gold.io import TableGoldIO
 from pipelines.gold.run import run_gold
 from pipelines.gold.state import read_refreshes
 from pipelines.lake import Lake
+from pipelines.silver.maintenance import DELETION_VECTORS
 
 from bench.common import table
 
 REPORT = "finished_entries_per_day"
+# silver's own layout: deletion vectors, so a MERGE writes its rows to new files, and
+# files of a compacted table's size (classic Spark; Sail writes what it writes)
+SILVER_LAYOUT = {DELETION_VECTORS: "true", "maxRecordsPerFile": "500000"}
 DAY_MICROS = 86_400_000_000
 START_DAY = 20_000  # 2024-10-04
 
@@ -59,11 +63,13 @@ def build_silver(spark, lake: Lake, rows: int, days: int) -> None:
         f" + (id % {per_day}) * 8000000 + (30 + id % 61) * 60000000) AS stopped_at",
         "CAST(1 AS BIGINT) AS _lsn", "CAST(0 AS BIGINT) AS _change_index",
         "timestamp_micros(0) AS _commit_ts",
-    ).write.format("delta").save(lake.silver("public", "time_entries").uri)
+    ).write.format("delta").options(**SILVER_LAYOUT) \
+        .save(lake.silver("public", "time_entries").uri)
     spark.range(0).selectExpr("id", "CAST(0 AS BIGINT) AS _lsn",
                               "CAST(0 AS BIGINT) AS _change_index",
                               "timestamp_micros(0) AS _commit_ts") \
-        .write.format("delta").save(lake.tombstones("public", "time_entries").uri)
+        .write.format("delta").options(**SILVER_LAYOUT) \
+        .save(lake.tombstones("public", "time_entries").uri)
 
 
 def apply_batch(spark, lake: Lake, batch: int, rows: int, days: int, changes: int,

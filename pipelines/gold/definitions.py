@@ -24,7 +24,7 @@ import sqlglot
 from sqlglot import exp
 
 from pipelines.errors import ConfigError
-from pipelines.gold.grouping import Grouping, trace_grouping
+from pipelines.gold.grouping import GROUP_TYPES, Grouping, trace_grouping
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -177,6 +177,12 @@ def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
     incremental = header.pop("incremental", None)
     if incremental is not None:
         header["incremental"] = trace_grouping(incremental, sql, tables, path)
+        declared = dict((n.lower(), t.lower()) for n, t in header.get("columns", ()))
+        type_ = declared.get(incremental.lower(), "string")
+        if declared and type_ not in GROUP_TYPES:
+            raise ConfigError(f"gold report {path}: incremental by {incremental}: its "
+                              f"declared type is {type_}; a group column is one of "
+                              f"{', '.join(GROUP_TYPES)}")
     report = Report(name, path, sql, tables=tables, **header)
     if name in report.gold:
         raise ConfigError(f"gold report {path}: it reads itself ({gold_schema}.{name})")

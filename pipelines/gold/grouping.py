@@ -73,13 +73,13 @@ def trace_grouping(column: str, sql: str, tables: tuple["TableName", ...],
 
 
 def _leaf_tables(root: Node, tables: tuple["TableName", ...]) -> list["TableName"]:
-    by_span = {(t.schema, t.name): t for t in tables}
+    by_name = {(t.schema, t.name): t for t in tables}
     found = []
     for node in root.walk():
         if isinstance(node.expression, exp.Table):
             key = (node.expression.db.lower(), node.expression.name.lower())
-            if key in by_span:
-                found.append(by_span[key])
+            if key in by_name:
+                found.append(by_name[key])
     return found
 
 

@@ -107,21 +107,19 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     last = read_refreshes(io.lake).get(report.name)
     reason = _why_full(last, grouping, driving, inputs, full,
                        _indexed_by(spark, io, report.name))
-    seen = START if reason else last.position
-    position = driving.newest_after(seen) or (None if seen == START else seen)
-    outcome: tuple[int, int, int] | str | None = None
     if reason is None:
-        outcome = _by_groups(spark, report, views, io, driving, seen)
+        outcome = _by_groups(spark, report, views, io, driving, last)
         if isinstance(outcome, str):
             reason = outcome
-            position = driving.newest_after(START)
     if reason is not None:
+        position = driving.newest_after(START)  # before the build reads the table
         run = materialize_report(spark, report, views, io, full=full)
         table_rows = _rebuild_index(spark, report, io, driving)
         rows, groups = run.rows, None
         log.info("gold %s: built whole (%s)", report.name, reason)
     else:
-        rows, groups, table_rows = outcome
+        rows, groups, table_rows, position = (outcome.rows, outcome.groups,
+                                              outcome.table_rows, outcome.position)
     moved = driving.newest_after(position or START, again=spark) is not None
     seconds = time.monotonic() - started
     record_refresh(io.lake, Refresh(
@@ -194,49 +192,107 @@ def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs
     return None
 
 
+@dataclass(frozen=True)
+class ByGroups:
+    """What an incremental refresh did."""
+
+    rows: int  # written
+    groups: int  # replaced
+    table_rows: int  # of the driving table, each a key of the index
+    position: Position | None  # the newest the refresh saw
+
+
 def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
-               io: "GoldIO", driving: Driving, seen: Position) -> tuple[int, int, int] | str:
-    """Replace the touched groups: (rows written, groups replaced, rows of the driving
-    table), or why they cannot be."""
+               io: "GoldIO", driving: Driving, last: Refresh) -> ByGroups | str:
+    """Replace the touched groups, or say why they cannot be."""
     grouping = report.incremental
-    group_type = _group_type(io.read_report(spark, report.name), grouping, report)
-    group = F.expr(grouping.expression).cast(group_type)
-    since = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1]))
-    keys = list(driving.keys)
-    changed = driving.rows.filter(F.col(LSN) >= seen[0]).filter(since) \
-        .select(*keys, group.alias(GROUP))
-    deleted = driving.tombstones.filter(F.col(LSN) >= seen[0]).filter(since).select(*keys)
-    index = spark.read.format("delta").load(group_index(io.lake, report.name).uri)
-    before = index.join(changed.select(*keys).unionByName(deleted), keys, "left_semi")
-    touched = [r[0] for r in changed.select(GROUP).unionByName(before.select(GROUP))
-               .distinct().limit(MAX_GROUPS + 1).collect()]
-    if len(touched) > MAX_GROUPS:
+    group = F.expr(grouping.expression).cast(
+        _group_type(io.read_report(spark, report.name), grouping, report))
+    changes = _changes(spark, io, report.name, driving, group, last.position)
+    if len(changes.touched) > MAX_GROUPS:
         return f"more than {MAX_GROUPS:,} groups changed"
-    if touched:
-        view = views[next(t.parts for t in report.tables
-                          if t.kind == "silver" and t.name == grouping.table)]
-        # read once: the report's checks, its write and the index's all read these rows
-        rows_of_groups = staged(spark, driving.rows.filter(in_groups(group, touched)),
-                                group_staging(io.lake, report.name))
-        rows_of_groups.createOrReplaceTempView(view)
-        try:  # every action on the report: Spark Connect resolves the view at each one
-            rows = _replace_groups(spark, report, views, io, touched)
-        finally:  # a full build after this one reads the whole table again
-            driving.rows.createOrReplaceTempView(view)
-        # the index's rows of those groups, anew: a key that left a group leaves it, one
-        # that joined is there, a deleted key is gone
-        (rows_of_groups.select(*keys, group.alias(GROUP)).write.format("delta")
-         .mode("overwrite").option("replaceWhere", in_groups(GROUP, touched, sql=True))
-         .save(group_index(io.lake, report.name).uri))
-    else:
-        rows = 0
-    indexed = spark.read.format("delta").load(group_index(io.lake, report.name).uri).count()
+    rows = 0
+    if changes.touched:
+        rows = _replace_touched(spark, report, views, io, driving, group, changes.touched)
     table_rows = read_table(spark, driving.table).count()
-    if indexed != table_rows:
-        return (f"its group index holds {indexed:,} keys and silver {grouping.table} "
-                f"{table_rows:,} rows (a truncate, a rebuild or expired tombstones)")
-    log.info("gold %s: %d group(s) replaced, %d rows", report.name, len(touched), rows)
-    return rows, len(touched), table_rows
+    expected = last.table_rows + changes.inserted - changes.deleted
+    if table_rows != expected:
+        return (f"silver {grouping.table} has {table_rows:,} rows where its changes since "
+                f"the last refresh leave {expected:,} (a truncate, a rebuild, or tombstones "
+                "expired before this refresh)")
+    log.info("gold %s: %d group(s) replaced, %d rows", report.name, len(changes.touched), rows)
+    return ByGroups(rows, len(changes.touched), table_rows,
+                    max(filter(None, [changes.newest, last.position])))
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The driving table's changes since a position, as one refresh sees them."""
+
+    touched: list  # the groups to replace: changed rows' new groups, their keys' old ones
+    inserted: int  # keys the index does not have yet
+    deleted: int  # deleted keys the index has
+    newest: Position | None
+
+
+def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group,
+             seen: Position) -> Changes:
+    """One pass over the new rows, the new tombstones and the index's rows of their keys.
+    A key is either live or tombstoned in silver, never both."""
+    keys = list(driving.keys)
+
+    def after(df: DataFrame) -> DataFrame:  # the `>=` lets the engines skip old files
+        return df.filter(F.col(LSN) >= seen[0]).filter(
+            is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1])))
+
+    changed = after(driving.rows).select(*keys, group.alias(GROUP), LSN, CHANGE_INDEX,
+                                         F.lit(True).alias("_live"))
+    deleted = after(driving.tombstones).select(
+        *keys, F.lit(None).cast(changed.schema[GROUP].dataType).alias(GROUP), LSN,
+        CHANGE_INDEX, F.lit(False).alias("_live"))
+    events = changed.unionByName(deleted)
+    index = spark.read.format("delta").load(group_index(io.lake, report).uri)
+    # the index's rows of those keys (a broadcast join: the changes are the small side)
+    known = index.join(F.broadcast(events.select(*keys, "_live")), keys)
+    tagged = events.select(F.lit(False).alias("_known"), "_live", GROUP, LSN, CHANGE_INDEX) \
+        .unionByName(known.select(F.lit(True).alias("_known"), "_live", GROUP,
+                                  F.lit(None).cast("bigint").alias(LSN),
+                                  F.lit(None).cast("bigint").alias(CHANGE_INDEX)))
+    new, was = ~F.col("_known"), F.col("_known")
+    live = F.col("_live")
+    found = tagged.agg(  # one Spark job
+        F.collect_set(F.when(new & live, F.struct(F.col(GROUP)))).alias("new"),
+        F.collect_set(F.when(was, F.struct(F.col(GROUP)))).alias("old"),
+        F.count(F.when(new & live, 1)).alias("live"),
+        F.count(F.when(was & live, 1)).alias("live_known"),
+        F.count(F.when(was & ~live, 1)).alias("deleted"),
+        F.max(F.when(new, F.struct(F.col(LSN), F.col(CHANGE_INDEX)))).alias("newest"),
+    ).first()
+    touched = list(dict.fromkeys(g[0] for g in [*found.new, *found.old]))
+    newest = None if found.newest is None else (found.newest[0], found.newest[1])
+    return Changes(touched, found.live - found.live_known, found.deleted, newest)
+
+
+def _replace_touched(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
+                     io: "GoldIO", driving: Driving, group, touched: list) -> int:
+    """The report over the driving rows of the touched groups, in place of those groups
+    in its table; then the index's rows of those groups anew (a key that left a group
+    leaves it, one that joined is there, a deleted key is gone). The rows written."""
+    grouping = report.incremental
+    view = views[next(t.parts for t in report.tables
+                      if t.kind == "silver" and t.name == grouping.table)]
+    # read once: the report's checks, its write and the index's all read these rows
+    rows_of_groups = staged(spark, driving.rows.filter(in_groups(group, touched)),
+                            group_staging(io.lake, report.name))
+    rows_of_groups.createOrReplaceTempView(view)
+    try:  # every action on the report: Spark Connect resolves the view at each one
+        rows = _replace_groups(spark, report, views, io, touched)
+    finally:  # a full build after this one reads the whole table again
+        driving.rows.createOrReplaceTempView(view)
+    (rows_of_groups.select(*driving.keys, group.alias(GROUP)).write.format("delta")
+     .mode("overwrite").option("replaceWhere", in_groups(GROUP, touched, sql=True))
+     .save(group_index(io.lake, report.name).uri))
+    return rows
 
 
 def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],

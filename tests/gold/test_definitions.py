@@ -114,6 +114,9 @@ def test_an_incremental_column_is_traced_to_a_row_expression(tmp_path):
     ({"Bad-Name.sql": "SELECT 1"}, r"Bad-Name.sql: the file name is the report's table name"),
     ({"a.sql": "-- incremental by: day, user\nSELECT 1 AS day"},
      r"a.sql: incremental by: expected one column name, got 'day, user'"),
+    ({"a.sql": "-- columns: t timestamp\n-- incremental by: t\n"
+               "SELECT created_at AS t FROM lakehouse_silver.users"},
+     r"a.sql: incremental by t: its declared type is timestamp; a group column is one of"),
     ({"a.sql": "-- incremental by: nope\nSELECT id FROM lakehouse_silver.users"},
      r"a.sql: incremental by nope: not a column of the query"),
     ({"a.sql": "-- incremental by: n\nSELECT count(*) AS n FROM lakehouse_silver.users"},
