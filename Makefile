@@ -103,6 +103,7 @@ bench: install object-stores
 	$(BIN)/python -m bench.silver_first_run
 	$(BIN)/python -m bench.delta_log_bench
 	$(BIN)/python -m bench.object_store_bench
+	$(BIN)/python -m bench.gold_bench
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(PY312) dist .lakehouse lake

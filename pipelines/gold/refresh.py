@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.catalog import TableRef, quote, read_table, staged
+from pipelines.catalog import TableRef, delta_path, quote, read_table, staged
 from pipelines.errors import ConfigError
 from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
 from pipelines.gold.conform import conform_to_schema, validated_row_count
@@ -40,7 +40,8 @@ from pipelines.gold.grouping import GROUP_TYPES, Grouping
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
                                   read_refreshes, record_refresh)
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, is_after
-from pipelines.silver.merge import sql_literal
+from pipelines.silver.maintenance import DELETION_VECTORS
+from pipelines.silver.merge import key_range, sql_literal
 from pipelines.silver.progress import START
 
 if TYPE_CHECKING:
@@ -105,8 +106,7 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     driving = _driving(spark, io, grouping)
     inputs = _inputs(spark, io, report)
     last = read_refreshes(io.lake).get(report.name)
-    reason = _why_full(last, grouping, driving, inputs, full,
-                       _indexed_by(spark, io, report.name))
+    reason = _why_full(last, grouping, driving, inputs, full, _index_state(io, report.name))
     if reason is None:
         outcome = _by_groups(spark, report, views, io, driving, last)
         if isinstance(outcome, str):
@@ -122,10 +122,11 @@ def refresh_incremental(spark: SparkSession, report: "Report",
                                               outcome.table_rows, outcome.position)
     moved = driving.newest_after(position or START, again=spark) is not None
     seconds = time.monotonic() - started
+    index = _index_state(io, report.name)
     record_refresh(io.lake, Refresh(
         report.name, datetime.now(timezone.utc), FULL if reason else INCREMENTAL, rows,
         seconds, groups, reason, grouping.expression, *(position or (None, None)),
-        table_rows, inputs, needs_full=moved))
+        table_rows, inputs, needs_full=moved, index_version=index.version))
     if moved:
         log.warning("gold %s: silver %s changed during the refresh; the next refresh "
                     "rebuilds the report whole", report.name, grouping.table)
@@ -162,16 +163,24 @@ def _inputs(spark: SparkSession, io: "GoldIO", report: "Report") -> str:
     return json.dumps(state, sort_keys=True)
 
 
-def _indexed_by(spark: SparkSession, io: "GoldIO", report: str) -> tuple[str, ...]:
-    """The columns of the report's group index; () when it or the report is missing."""
+@dataclass(frozen=True)
+class IndexState:
+    """The report's group index as the lake has it (delta-rs: no Spark job)."""
+
+    columns: tuple[str, ...] = ()  # none: the index or the report's table is missing
+    version: int | None = None
+
+
+def _index_state(io: "GoldIO", report: str) -> IndexState:
     where = group_index(io.lake, report)
     if not (where.exists() and io.report_exists(report)):
-        return ()
-    return tuple(spark.read.format("delta").load(where.uri).columns)
+        return IndexState()
+    table = where.open()
+    return IndexState(tuple(f.name for f in table.schema().fields), table.version())
 
 
 def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs: str,
-              full: bool, indexed_by: tuple[str, ...]) -> str | None:
+              full: bool, index: IndexState) -> str | None:
     """Why this refresh must recompute the report whole; None when groups will do."""
     if full:
         return "--full"
@@ -179,10 +188,12 @@ def _why_full(last: Refresh | None, grouping: Grouping, driving: Driving, inputs
         return f"silver {grouping.table} has no tombstone table yet, so no key"
     if last is None or last.grouping is None:
         return "first build"
-    if not indexed_by:
+    if not index.columns:
         return "its table or its group index is missing"
-    if indexed_by != (*driving.keys, GROUP):
+    if index.columns != (*driving.keys, GROUP):
         return f"the key of silver {grouping.table} changed"
+    if index.version != last.index_version:
+        return "its group index changed after the last refresh (one was interrupted)"
     if last.needs_full:
         return f"silver {grouping.table} changed during the last refresh"
     if last.grouping != grouping.expression:
@@ -213,7 +224,7 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
         return f"more than {MAX_GROUPS:,} groups changed"
     rows = 0
     if changes.touched:
-        rows = _replace_touched(spark, report, views, io, driving, group, changes.touched)
+        rows = _replace_touched(spark, report, views, io, driving, group, changes)
     table_rows = read_table(spark, driving.table).count()
     expected = last.table_rows + changes.inserted - changes.deleted
     if table_rows != expected:
@@ -230,6 +241,7 @@ class Changes:
     """The driving table's changes since a position, as one refresh sees them."""
 
     touched: list  # the groups to replace: changed rows' new groups, their keys' old ones
+    changed: DataFrame  # the keys of the changed live rows
     inserted: int  # keys the index does not have yet
     deleted: int  # deleted keys the index has
     newest: Position | None
@@ -270,29 +282,53 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
     ).first()
     touched = list(dict.fromkeys(g[0] for g in [*found.new, *found.old]))
     newest = None if found.newest is None else (found.newest[0], found.newest[1])
-    return Changes(touched, found.live - found.live_known, found.deleted, newest)
+    return Changes(touched, changed.select(*keys), found.live - found.live_known,
+                   found.deleted, newest)
 
 
 def _replace_touched(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
-                     io: "GoldIO", driving: Driving, group, touched: list) -> int:
+                     io: "GoldIO", driving: Driving, group, changes: Changes) -> int:
     """The report over the driving rows of the touched groups, in place of those groups
     in its table; then the index's rows of those groups anew (a key that left a group
     leaves it, one that joined is there, a deleted key is gone). The rows written."""
     grouping = report.incremental
     view = views[next(t.parts for t in report.tables
                       if t.kind == "silver" and t.name == grouping.table)]
+    touched = changes.touched
     # read once: the report's checks, its write and the index's all read these rows
-    rows_of_groups = staged(spark, driving.rows.filter(in_groups(group, touched)),
+    rows_of_groups = staged(spark, _rows_of_groups(spark, io, report.name, driving, group,
+                                                   changes),
                             group_staging(io.lake, report.name))
     rows_of_groups.createOrReplaceTempView(view)
     try:  # every action on the report: Spark Connect resolves the view at each one
         rows = _replace_groups(spark, report, views, io, touched)
     finally:  # a full build after this one reads the whole table again
         driving.rows.createOrReplaceTempView(view)
+    # Two commits, each cheap whatever the index's size (the DELETE marks rows in deletion
+    # vectors; one rewrite of the index's files by replaceWhere costs as much as a full
+    # build): an interruption between them is seen by the index's version, not recorded.
+    index = group_index(io.lake, report.name)
+    spark.sql(f"DELETE FROM {delta_path(index)} WHERE "
+              f"{in_groups(GROUP, touched, sql=True)}").collect()
     (rows_of_groups.select(*driving.keys, group.alias(GROUP)).write.format("delta")
-     .mode("overwrite").option("replaceWhere", in_groups(GROUP, touched, sql=True))
-     .save(group_index(io.lake, report.name).uri))
+     .mode("append").save(index.uri))
     return rows
+
+
+def _rows_of_groups(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group,
+                    changes: Changes) -> DataFrame:
+    """The driving rows of the touched groups. Their keys are the index's keys of those
+    groups and the changed rows' keys; the ranges those span (as silver's MERGE uses
+    them) let the engines skip the files and row groups of other keys, which the group
+    filter alone cannot."""
+    index = spark.read.format("delta").load(group_index(io.lake, report).uri)
+    keys = (index.filter(in_groups(F.col(GROUP), changes.touched)).select(*driving.keys)
+            .unionByName(changes.changed))
+    rows = driving.rows
+    bounds = key_range(keys, driving.keys)
+    if bounds is not None:
+        rows = rows.alias("t").filter(F.expr(bounds))
+    return rows.filter(in_groups(group, changes.touched))
 
 
 def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
@@ -352,7 +388,7 @@ def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
     where = group_index(io.lake, report.name)
     (driving.rows.select(*driving.keys, group.alias(GROUP))
      .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-     .save(where.uri))
+     .option(DELETION_VECTORS, "true").save(where.uri))
     index = spark.read.format("delta").load(where.uri)
     groups = index.select(F.col(GROUP)).distinct()
     unknown = (gold.select(F.col(grouping.column).alias("_value")).distinct()

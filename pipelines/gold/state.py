@@ -41,6 +41,7 @@ SCHEMA = pa.schema([
     pa.field("table_rows", pa.int64()),  # the silver table's rows, as the index has them
     pa.field("inputs", pa.string()),  # the other tables it reads, as they were (JSON)
     pa.field("needs_full", pa.bool_()),  # silver changed during the refresh: rebuild next
+    pa.field("index_version", pa.int64()),  # the group index's Delta version it left
 ])
 
 
@@ -61,6 +62,7 @@ class Refresh:
     table_rows: int | None = None
     inputs: str | None = None
     needs_full: bool = False
+    index_version: int | None = None
 
     @property
     def position(self) -> tuple[int, int]:
