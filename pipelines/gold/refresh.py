@@ -15,8 +15,9 @@ The last refresh's record says how far it got (pipelines/gold/state.py) and is w
 last: after a crash before it, the next refresh replaces the same groups again, which
 changes nothing. It falls back to a full recompute when that is the only safe answer:
 no record yet, `--full`, another table the report reads changed, the traced
-expression changed, too many groups changed, the index is missing or keyed otherwise, or
-it does not account for every row of the table (a truncate, a rebuild, tombstones
+expression changed, too many groups changed, the index is missing, keyed otherwise or
+changed since the record (an interrupted refresh), or the table's row count is not the
+last one plus the keys inserted less those deleted (a truncate, a rebuild, tombstones
 expired before the refresh).
 """
 
