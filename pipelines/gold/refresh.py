@@ -40,7 +40,7 @@ from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
                                   read_refreshes, record_refresh)
-from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, is_after
+from pipelines.silver.events import CHANGE_INDEX, LSN, is_after, tombstone_keys
 from pipelines.silver.maintenance import DELETION_VECTORS
 from pipelines.silver.merge import key_range, sql_literal
 from pipelines.silver.progress import START
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 GROUP = "_group"  # the index column of a key's group
 MAX_GROUPS = 10_000  # more touched groups than this: a full recompute is as cheap
-_META = (LSN, CHANGE_INDEX, COMMIT_TS)
 Position = tuple[int, int]
 
 
@@ -105,8 +104,9 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     grouping = report.incremental
     assert grouping is not None
     driving = _driving(spark, io, grouping)
-    inputs = _inputs(spark, io, report)
-    last = read_refreshes(io.lake).get(report.name)
+    refreshes = read_refreshes(io.lake)
+    inputs = _inputs(spark, io, report, refreshes)
+    last = refreshes.get(report.name)
     reason = _why_full(last, grouping, driving, inputs, full, _index_state(io, report.name))
     if reason is None:
         outcome = _by_groups(spark, report, views, io, driving, last)
@@ -140,15 +140,15 @@ def _driving(spark: SparkSession, io: "GoldIO", grouping: Grouping) -> Driving:
     marks_ref = io.tombstones(grouping.table)
     rows = read_table(spark, silver)
     marks = None if marks_ref is None else read_table(spark, marks_ref)
-    keys = () if marks is None else tuple(c for c in marks.columns if c not in _META)
+    keys = () if marks is None else tombstone_keys(marks.columns)
     return Driving(silver, marks_ref, rows, marks, keys)
 
 
-def _inputs(spark: SparkSession, io: "GoldIO", report: "Report") -> str:
+def _inputs(spark: SparkSession, io: "GoldIO", report: "Report",
+            refreshes: dict[str, Refresh]) -> str:
     """What the report's other tables look like now, as JSON: a silver table's row count
     and newest positions, a report's last refresh. A change means a full recompute."""
     grouping = report.incremental
-    refreshes = read_refreshes(io.lake)
     state = {}
     for table in {t.parts: t for t in report.tables}.values():
         if table.kind == "silver" and table.name == grouping.table:
@@ -218,8 +218,7 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
                io: "GoldIO", driving: Driving, last: Refresh) -> ByGroups | str:
     """Replace the touched groups, or say why they cannot be."""
     grouping = report.incremental
-    group = F.expr(grouping.expression).cast(
-        _group_type(io.read_report(spark, report.name), grouping, report))
+    group = _group_sql(io.read_report(spark, report.name), report)
     changes = _changes(spark, io, report.name, driving, group, last.position)
     if len(changes.touched) > MAX_GROUPS:
         return f"more than {MAX_GROUPS:,} groups changed"
@@ -248,7 +247,7 @@ class Changes:
     newest: Position | None
 
 
-def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group,
+def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group: str,
              seen: Position) -> Changes:
     """One pass over the new rows, the new tombstones and the index's rows of their keys.
     A key is either live or tombstoned in silver, never both."""
@@ -258,8 +257,8 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
         return df.filter(F.col(LSN) >= seen[0]).filter(
             is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1])))
 
-    changed = after(driving.rows).select(*keys, group.alias(GROUP), LSN, CHANGE_INDEX,
-                                         F.lit(True).alias("_live"))
+    changed = after(driving.rows).select(*keys, F.expr(group).alias(GROUP), LSN,
+                                         CHANGE_INDEX, F.lit(True).alias("_live"))
     deleted = after(driving.tombstones).select(
         *keys, F.lit(None).cast(changed.schema[GROUP].dataType).alias(GROUP), LSN,
         CHANGE_INDEX, F.lit(False).alias("_live"))
@@ -288,7 +287,7 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
 
 
 def _replace_touched(spark: SparkSession, report: "Report", views: dict[tuple[str, str], str],
-                     io: "GoldIO", driving: Driving, group, changes: Changes) -> int:
+                     io: "GoldIO", driving: Driving, group: str, changes: Changes) -> int:
     """The report over the driving rows of the touched groups, in place of those groups
     in its table; then the index's rows of those groups anew (a key that left a group
     leaves it, one that joined is there, a deleted key is gone). The rows written."""
@@ -309,21 +308,20 @@ def _replace_touched(spark: SparkSession, report: "Report", views: dict[tuple[st
     # vectors; one rewrite of the index's files by replaceWhere costs as much as a full
     # build): an interruption between them is seen by the index's version, not recorded.
     index = group_index(io.lake, report.name)
-    spark.sql(f"DELETE FROM {delta_path(index)} WHERE "
-              f"{in_groups(GROUP, touched, sql=True)}").collect()
-    (rows_of_groups.select(*driving.keys, group.alias(GROUP)).write.format("delta")
+    spark.sql(f"DELETE FROM {delta_path(index)} WHERE {in_groups(GROUP, touched)}").collect()
+    (rows_of_groups.select(*driving.keys, F.expr(group).alias(GROUP)).write.format("delta")
      .mode("append").save(index.uri))
     return rows
 
 
-def _rows_of_groups(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group,
-                    changes: Changes) -> DataFrame:
+def _rows_of_groups(spark: SparkSession, io: "GoldIO", report: str, driving: Driving,
+                    group: str, changes: Changes) -> DataFrame:
     """The driving rows of the touched groups. Their keys are the index's keys of those
     groups and the changed rows' keys; the ranges those span (as silver's MERGE uses
     them) let the engines skip the files and row groups of other keys, which the group
     filter alone cannot."""
     index = spark.read.format("delta").load(group_index(io.lake, report).uri)
-    keys = (index.filter(in_groups(F.col(GROUP), changes.touched)).select(*driving.keys)
+    keys = (index.filter(in_groups(GROUP, changes.touched)).select(*driving.keys)
             .unionByName(changes.changed))
     rows = driving.rows
     bounds = key_range(keys, driving.keys)
@@ -341,14 +339,14 @@ def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str
     columns = report_columns(spark, report, df, io, False)
     rows = validated_row_count(df, columns, str(report.path))
     result = conform_to_schema(df, columns)
-    stray = result.filter(~in_groups(F.col(column), touched)).limit(1).collect()
+    stray = result.filter(f"NOT {in_groups(quote(column), touched)}").limit(1).collect()
     if stray:
         raise ConfigError(
             f"gold report {report.path}: incremental by {column}: the query gave a row of "
             f"group {stray[0][column]!r} from rows of other groups; each group's rows must "
             "come from the silver rows of that group (remove the header line, or group by "
             "a column computed from each row)")
-    io.replace_groups(result, report.name, in_groups(quote(column), touched, sql=True))
+    io.replace_groups(result, report.name, in_groups(quote(column), touched))
     return rows
 
 
@@ -363,17 +361,19 @@ def _group_type(gold: DataFrame, grouping: Grouping, report: "Report") -> str:
     return type_
 
 
-def in_groups(column, values: list, *, sql: bool = False):
-    """`column` is one of `values` (NULL included when it is one of them): a Column, or
-    SQL text when `sql` (then `column` is the text)."""
+def in_groups(column: str, values: list) -> str:
+    """SQL: `column` (SQL text) is one of `values`, NULL included when it is one of them."""
     literals = [sql_literal(v) for v in values if v is not None]
-    if sql:
-        terms = [f"{column} IN ({', '.join(literals)})"] if literals else []
-        if None in values:
-            terms.append(f"{column} IS NULL")
-        return "(" + (" OR ".join(terms) or "FALSE") + ")"
-    condition = column.isin([v for v in values if v is not None]) if literals else F.lit(False)
-    return condition | column.isNull() if None in values else condition
+    terms = [f"{column} IN ({', '.join(literals)})"] if literals else []
+    if None in values:
+        terms.append(f"{column} IS NULL")
+    return "(" + (" OR ".join(terms) or "FALSE") + ")"
+
+
+def _group_sql(gold: DataFrame, report: "Report") -> str:
+    """The group of a driving row, in SQL, typed as the report's column."""
+    grouping = report.incremental
+    return f"CAST(({grouping.expression}) AS {_group_type(gold, grouping, report)})"
 
 
 def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
@@ -385,9 +385,8 @@ def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
         return None
     grouping = report.incremental
     gold = io.read_report(spark, report.name)
-    group = F.expr(grouping.expression).cast(_group_type(gold, grouping, report))
     where = group_index(io.lake, report.name)
-    (driving.rows.select(*driving.keys, group.alias(GROUP))
+    (driving.rows.select(*driving.keys, F.expr(_group_sql(gold, report)).alias(GROUP))
      .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .option(DELETION_VECTORS, "true").save(where.uri))
     index = spark.read.format("delta").load(where.uri)

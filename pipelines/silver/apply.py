@@ -31,7 +31,7 @@ from pipelines.silver.batch import latest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
     field as struct_field, first_rows, is_after, merge_shapes, shape_from_row,
-    snapshot_rows, value_columns, with_chunk_columns)
+    snapshot_rows, tombstone_keys, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
 from pipelines.silver.maintenance import Maintenance
@@ -260,7 +260,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     marks_exist = not replace_tables and run.exists(marks)
     if marks_exist:
         marked = run.read(marks).schema
-        marked_keys = [n for n in marked.names if n not in (LSN, CHANGE_INDEX, COMMIT_TS)]
+        marked_keys = list(tombstone_keys(marked.names))
         if marked_keys != keys:
             raise DataError(f"{shape.qualified_name}: the primary key changed from "
                             f"{marked_keys} to {keys}; rebuild the table from bronze with "

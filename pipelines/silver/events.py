@@ -26,6 +26,11 @@ from pipelines.silver.table_shape import SourceColumn, TableShape
 
 LSN, CHANGE_INDEX, COMMIT_TS = "_lsn", "_change_index", "_commit_ts"
 METADATA = (LSN, CHANGE_INDEX, COMMIT_TS)
+
+
+def tombstone_keys(columns: Sequence[str]) -> tuple[str, ...]:
+    """The key columns of a tombstone table (its other columns are METADATA)."""
+    return tuple(c for c in columns if c not in METADATA)
 OP, UNCHANGED, OLD_KEY, XID = "_cdc_op", "_cdc_unchanged", "_cdc_old_key", "_cdc_xid"
 UPSERT, DELETE = "upsert", "delete"
 DATA_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE)
