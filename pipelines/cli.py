@@ -7,6 +7,7 @@ Exit codes (docs/architecture.md): 0 ok, 1 verification difference, 2 usage/conf
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import logging
 import os
@@ -205,5 +206,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The `lakehouse` command: main(), then an exit that skips native teardown.
+
+    Now and then a native library's static destructors abort the interpreter after
+    everything was done and printed ("terminate called without an active exception",
+    seen rarely after `status` on S3), turning exit 0 into SIGABRT for the caller's
+    script. Python's own exit handlers still run (temporary directories, engine
+    shutdown); only the C++ teardown after them is skipped. On Databricks the task runs
+    in the driver's Python process, which is not ours to end: a plain exit there.
+    """
+    code = main()
+    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
