@@ -2,6 +2,8 @@
 
     table        engines local and spark                 engine databricks
     silver       delta.`<lake>/silver/<schema>/<table>`  `<catalog>`.`<silver_schema>`.`<name>`
+    history      delta.`<lake>/silver_history/<schema>/<table>`
+                                                         `<catalog>`.`<history_schema>`.`<name>`
     gold         delta.`<lake>/gold/<report>`            `<catalog>`.`<gold_schema>`.`<report>`
     tombstones   delta.`<lake>/_state/silver_tombstones/<schema>/<table>` on both
     bronze, state: paths under the lake on both (pipelines.lake)
@@ -114,10 +116,11 @@ class CatalogSchemas:
     catalog: str
     silver: str
     gold: str
+    history: str = "lakehouse_history"
 
     def __post_init__(self) -> None:
         for key, value in (("catalog", self.catalog), ("silver schema", self.silver),
-                           ("gold schema", self.gold)):
+                           ("gold schema", self.gold), ("history schema", self.history)):
             check_unity_name(value, key)
 
 
@@ -136,11 +139,12 @@ class TableNames:
             return cls(lake)
         db = config.databricks
         try:
-            for key in ("catalog", "silver_schema", "gold_schema"):
+            for key in ("catalog", "silver_schema", "gold_schema", "history_schema"):
                 check_unity_name(getattr(db, key), f"databricks.{key}")
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        return cls(lake, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema))
+        return cls(lake, CatalogSchemas(db.catalog, db.silver_schema, db.gold_schema,
+                                        db.history_schema))
 
     def silver(self, schema: str, table: str) -> TableRef:
         """The silver table of the source table schema.table."""
@@ -148,6 +152,13 @@ class TableNames:
             return TableRef(path=self.lake.silver(schema, table))
         name = unity_table_name(silver_table_name(schema, table))
         return TableRef(parts=(self.schemas.catalog, self.schemas.silver, name))
+
+    def history(self, schema: str, table: str) -> TableRef:
+        """The silver table's history table (silver/history.py), named as silver is."""
+        if self.schemas is None:
+            return TableRef(path=self.lake.silver_history(schema, table))
+        name = unity_table_name(silver_table_name(schema, table))
+        return TableRef(parts=(self.schemas.catalog, self.schemas.history, name))
 
     def tombstones(self, schema: str, table: str) -> TableRef:
         """The silver table's tombstones: pipeline state under the lake on every engine."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -76,6 +76,16 @@ class SilverConfig:
     deletion_vectors: bool = True  # merge-on-read: a MERGE writes only the rows it changes
     compact_files: int = 50  # compact a table once it has this many small files
     target_file_mb: int = 16  # compaction packs smaller files into files of about this size
+    history: tuple[str, ...] | str = ()  # tables with a history table (silver/history.py)
+    history_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def keeps_history(self, table: str) -> bool:
+        """Whether the source table schema.table has a history table."""
+        return self.history == ALL_TABLES or table in self.history
+
+    def tracked_columns(self, table: str) -> tuple[str, ...] | None:
+        """The columns whose change opens a new version (None: every column)."""
+        return self.history_columns.get(table)
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,7 @@ class DatabricksConfig:
     catalog: str = "main"
     silver_schema: str = "lakehouse_silver"
     gold_schema: str = "lakehouse_gold"
+    history_schema: str = "lakehouse_history"
 
 
 @dataclass(frozen=True)
@@ -338,10 +349,20 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
             expected = ("a mapping of Spark property names to values" if f.name == "conf"
                         else "a mapping of delta-rs storage option names to values")
             value = {k: _setting_text(v) for k, v in value.items()} if ok else value
-        elif f.name == "tables":
+        elif f.name in ("tables", "history"):
             ok = value == ALL_TABLES or (isinstance(value, list) and value
                                          and all(isinstance(t, str) for t in value))
             expected = '"*" or a non-empty list of schema.table names'
+            if ok and f.name == "history" and value != ALL_TABLES:
+                value = _qualified_names(value, key)
+        elif f.name == "history_columns":
+            ok = isinstance(value, Mapping) and all(
+                isinstance(t, str) and isinstance(c, list) and c
+                and all(isinstance(n, str) and n for n in c) for t, c in value.items())
+            expected = "a mapping of schema.table names to non-empty lists of column names"
+            if ok:
+                tables = _qualified_names(list(value), key)
+                value = {t: tuple(c) for t, c in zip(tables, value.values())}
         else:
             ok = isinstance(value, str) and value != ""
             expected = "a non-empty string"
@@ -366,10 +387,13 @@ def _check_name(value: str, key: str) -> None:
 def _with_tables(source: SourceConfig) -> SourceConfig:
     if source.tables == ALL_TABLES:
         return source
-    tables = []
-    for name in source.tables:
-        qualified = name if "." in name else f"public.{name}"
-        if not _QUALIFIED.match(qualified):
-            raise ConfigError(f"source.tables: got {name!r}, expected schema.table")
-        tables.append(qualified)
-    return SourceConfig(source.dsn, source.slot, source.publication, tuple(tables))
+    return replace(source, tables=_qualified_names(source.tables, "source.tables"))
+
+
+def _qualified_names(names: Sequence[str], key: str) -> tuple[str, ...]:
+    """schema.table names, a bare name taken as public's."""
+    qualified = tuple(name if "." in name else f"public.{name}" for name in names)
+    for name, full in zip(names, qualified):
+        if not _QUALIFIED.match(full):
+            raise ConfigError(f"{key}: got {name!r}, expected schema.table")
+    return qualified

@@ -84,6 +84,10 @@ class Lake:
     def silver(self, schema: str, table: str) -> "TableLocation":
         return self.table("silver", schema, table)
 
+    def silver_history(self, schema: str, table: str) -> "TableLocation":
+        """A silver table's history: one row per version of each key (silver/history.py)."""
+        return self.table("silver_history", schema, table)
+
     def gold(self, report: str) -> "TableLocation":
         return self.table("gold", report)
 
@@ -113,6 +117,14 @@ class Lake:
     def staging(self, schema: str, table: str) -> "TableLocation":
         """A silver run's typed batch (Parquet, overwritten by the next run)."""
         return self.state("silver_staging", schema, table)
+
+    def history_staging(self, schema: str, table: str) -> "TableLocation":
+        """A silver run's typed events, all of them, for the history table (Parquet)."""
+        return self.state("silver_staging_history", schema, table)
+
+    def history_versions_staging(self, schema: str, table: str) -> "TableLocation":
+        """The versions a silver run writes to the history table (Parquet)."""
+        return self.state("silver_staging_versions", schema, table)
 
     def children(self, *parts: str) -> list[str]:
         """Names of the directories (prefixes) right under root/part/..., sorted."""

@@ -16,7 +16,7 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,9 +27,10 @@ from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists)
 from pipelines.errors import DataError
 from pipelines.lake import Lake, TableLocation
-from pipelines.silver.batch import latest_events
+from pipelines.silver import history_tables
+from pipelines.silver.batch import filled_events, latest_events, newest_events
 from pipelines.silver.events import (
-    CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
+    CHANGE_INDEX, COMMIT_TS, LSN, METADATA, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
     field as struct_field, first_rows, is_after, merge_shapes, shape_from_row,
     snapshot_rows, tombstone_keys, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
@@ -68,6 +69,11 @@ class SilverContext:
     changes: DataFrame
     names: TableNames
     generation_starts: Sequence[int] = ()  # pipelines.bronze.generations
+    history: Callable[[str], tuple[str, ...] | None] | None = None  # table -> tracked columns
+
+    def keeps_history(self, table: str) -> bool:
+        """Whether schema.table has a history table (silver.history)."""
+        return self.history is not None and self.history(table) is not None
 
     def exists(self, table: TableRef) -> bool:
         """Whether the silver or tombstone table exists yet."""
@@ -243,11 +249,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     keys = list(shape.key_columns)
 
     toast = _toast_columns(run, table, shape)
-    events = latest_events(batch_events(run, table, shape, before.position, upto,
-                                        chunks.same_columns),
-                           shape, floor, toast, moved_rows=table.moved)
-    typed = typed_columns(with_failed_texts(events, shape.columns), shape.columns,
-                          table=shape.qualified_name)
+    batch = batch_events(run, table, shape, before.position, upto, chunks.same_columns)
 
     # Plan the schemas without touching a table: nothing changes before the check.
     batch_fields = [StructField(c.name, spark_type(c), True) for c in shape.columns]
@@ -266,13 +268,28 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
                             f"{marked_keys} to {keys}; rebuild the table from bronze with "
                             f"`lakehouse silver --rebuild {shape.qualified_name}`")
 
+    def typed(events: DataFrame) -> DataFrame:
+        frame = typed_columns(with_failed_texts(events, shape.columns), shape.columns,
+                              table=shape.qualified_name)
+        return frame.select(*(col(n).cast(types[n]).alias(n) if n in types else col(n)
+                              for n in frame.columns))
+
+    old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
+                           struct_field(F.col(OLD_KEY), k)).cast(types[k])
+               for k in keys for c in shape.columns if c.name == k]
+    every = None
+    if run.keeps_history(table.name):
+        # Every event of the batch, staged once: history needs them all, silver the newest.
+        every = _staged_every(run, typed(filled_events(batch, shape, toast, table.moved)),
+                              shape)
+        check_failures(shape, failures_of(every, shape.columns))  # stops the table
+        history_tables.tracked_columns(run, table, shape, [  # stops the table too
+            f.name for f in final.fields if f.name not in keys and f.name not in METADATA])
+        source = newest_events(every, shape, floor)
+    else:
+        source = typed(latest_events(batch, shape, floor, toast, moved_rows=table.moved))
     carried = [c.name for c in shape.columns]
-    source = typed.select(*(col(n).cast(types[n]).alias(n) if n in types else col(n)
-                            for n in typed.columns))
     if table.moved and silver_exists:
-        old_key = [typed_value(SourceColumn(k, c.type_name, c.type_mod, True),
-                               struct_field(F.col(OLD_KEY), k)).cast(types[k])
-                   for k in keys for c in shape.columns if c.name == k]
         rows = run.read(silver)  # not widened yet: read as the final types
         rows = rows.select(*(col(n).cast(types[n]).alias(n) for n in rows.columns))
         source = fill_from_old_key_rows(source, rows, old_key, keys,
@@ -285,14 +302,14 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     check_failures(shape, failures_of(staged, shape.columns))  # stops the table
 
     if silver_exists:
-        _evolve(run, silver, target, plan)
+        evolve(run, silver, target, plan)
     else:
-        _create_table(run, silver, target, replace_tables)
+        create_table(run, silver, target, replace_tables)
     if marks_exist:
-        _evolve(run, marks, marked,
+        evolve(run, marks, marked,
                 SchemaPlan(widen={k: v for k, v in plan.widen.items() if k in keys}))
     else:
-        _create_table(run, marks, StructType([StructField(k, types[k], True) for k in keys]
+        create_table(run, marks, StructType([StructField(k, types[k], True) for k in keys]
                                              + list(METADATA_FIELDS)), replace_tables)
     for target in (silver, marks):
         run.maintenance.prepare(run.spark, target, keys)
@@ -309,6 +326,9 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     expire = _expiry_horizon(run, marks, newest_commit_micros)
     run.spark.sql(tombstone_merge_sql(marks.sql, SOURCE_VIEW, keys,
                                       floor if floor_moved else None, expire, bounds)).collect()
+    if every is not None:
+        history_tables.apply(run, table, shape, every, before.position, final, old_key,
+                             replace_tables)
     run.maintenance.register(run.spark, schema, name, silver)
     if plan.new or plan.widen:
         log.info("silver %s: added columns %s, widened %s", shape.qualified_name,
@@ -350,8 +370,15 @@ def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFram
                                                                          shape.table))
 
 
-def _create_table(run: SilverContext, table: TableRef, schema: StructType,
-                  replace_table: bool) -> None:
+def _staged_every(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
+    """Materialize every typed event of the batch (history's input; overwritten by the
+    next run). Old keys stay: a moved row's history continues its old key's."""
+    return staged(run.spark, frame.drop(XID), run.lake.history_staging(shape.schema,
+                                                                       shape.table))
+
+
+def create_table(run: SilverContext, table: TableRef, schema: StructType,
+                 replace_table: bool) -> None:
     """Create an empty Delta table (or replace one, for a rebuild), with the table
     properties of silver's layout (deletion vectors: Maintenance.table_options)."""
     ensure_schema(run.spark, table)
@@ -362,7 +389,7 @@ def _create_table(run: SilverContext, table: TableRef, schema: StructType,
     save_table(writer, table)
 
 
-def _evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
+def evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
     """Widen columns (rewrite, values unchanged), then add new ones by MERGE WITH SCHEMA
     EVOLUTION of an empty source: the table's own statement on every engine."""
     if plan.widen:

@@ -22,19 +22,27 @@ def above_floor(events: DataFrame, floor: Position | None) -> DataFrame:
                                   F.lit(floor[0]), F.lit(floor[1])))
 
 
-def latest_events(events: DataFrame, shape: TableShape, floor: Position | None = None,
+def filled_events(events: DataFrame, shape: TableShape,
                   toast_columns: Sequence[str] | None = None,
                   moved_rows: bool = True) -> DataFrame:
-    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor.
+    """Expanded (and reconciled) events -> every event, TOAST-filled within the batch.
 
     toast_columns: the only columns any event may leave unchanged (default: every value
     column); moved_rows=False: no event has an old key. The fill is a window over the
     whole batch, the batch's costliest step, so a batch in which no event left a column
     unchanged skips it, and one without key changes skips its first pass.
     """
-    keys = shape.key_columns
     fill = value_columns(shape) if toast_columns is None else toast_columns
-    return (events
-            .transform(lambda df: fill_unchanged_toast(df, keys, fill, moved_rows))
-            .transform(lambda df: latest_change_per_key(df, keys))
-            .transform(lambda df: above_floor(df, floor)))
+    return fill_unchanged_toast(events, shape.key_columns, fill, moved_rows)
+
+
+def newest_events(events: DataFrame, shape: TableShape, floor: Position | None) -> DataFrame:
+    """Filled events -> the newest event per key, above the floor."""
+    return above_floor(latest_change_per_key(events, shape.key_columns), floor)
+
+
+def latest_events(events: DataFrame, shape: TableShape, floor: Position | None = None,
+                  toast_columns: Sequence[str] | None = None,
+                  moved_rows: bool = True) -> DataFrame:
+    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor."""
+    return newest_events(filled_events(events, shape, toast_columns, moved_rows), shape, floor)

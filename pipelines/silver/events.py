@@ -7,6 +7,7 @@ An event is the text-level unit every silver transform works on:
     _cdc_unchanged  array<string>: columns whose value the event did not send (TOAST)
     _cdc_old_key    struct of the old key's text values when an update sent one, else null
     _cdc_xid        the source transaction's 32-bit xid (null for backfill rows)
+    _cdc_change     what made the event: insert, update, delete or snapshot (a backfill row)
 
 Bronze rows name their columns in arrays, so a row written before an ADD COLUMN simply
 has no value for the new column (null), and the newest rows decide the table's shape.
@@ -32,6 +33,7 @@ def tombstone_keys(columns: Sequence[str]) -> tuple[str, ...]:
     """The key columns of a tombstone table (its other columns are METADATA)."""
     return tuple(c for c in columns if c not in METADATA)
 OP, UNCHANGED, OLD_KEY, XID = "_cdc_op", "_cdc_unchanged", "_cdc_old_key", "_cdc_xid"
+CHANGE, SNAPSHOT = "_cdc_change", "snapshot"
 UPSERT, DELETE = "upsert", "delete"
 DATA_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE)
 
@@ -130,6 +132,7 @@ def changes_to_events(changes: DataFrame, shape: TableShape) -> DataFrame:
         .otherwise(F.coalesce(F.col("unchanged_toast"), no_columns)).alias(UNCHANGED),
         F.when(F.col("op") == OP_UPDATE, _old_key(shape)).alias(OLD_KEY),
         F.col("xid").alias(XID),
+        F.col("op").alias(CHANGE),
     )
 
 

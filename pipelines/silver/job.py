@@ -16,7 +16,7 @@ from typing import Sequence
 
 from pyspark.sql import SparkSession
 
-from pipelines.catalog import TableNames, TableRef
+from pipelines.catalog import TableNames, TableRef, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
 from pipelines.bronze.generations import Registry, generation_starts
@@ -83,6 +83,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     progress_path = lake.silver_progress
     progress_exists = progress_path.exists()
     progress = read_progress(spark, progress_path, progress_exists)
+    rebuild += _histories_to_build(config, spark, names, progress, scope, rebuild)
     if rebuild:  # first record the intent: a crash mid-rebuild must not resume half-way
         write_progress(spark, progress_path, progress_exists,
                        {t: TableProgress(START) for t in rebuild}, None)
@@ -94,7 +95,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     starts = generation_starts(Registry(lake).all())
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
-                        starts)
+                        starts, lambda table: history_of(config, table))
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     reports: dict[str, TableReport] = {}
     upto = None
@@ -179,7 +180,10 @@ def _maintain(run: SilverContext, tables: Sequence[str], progress_path: TableLoc
     Delta logs short (pipelines.lake.LOG_RETENTION)."""
     for name in tables:
         schema, table = name.split(".", 1)
-        for target in (run.names.silver(schema, table), run.names.tombstones(schema, table)):
+        targets = [run.names.silver(schema, table), run.names.tombstones(schema, table)]
+        if run.keeps_history(name):
+            targets.append(run.names.history(schema, table))
+        for target in targets:
             run.maintenance.compact(run.spark, target)
             run.maintenance.trim_log(target)
     run.maintenance.trim_log(TableRef(path=progress_path))
@@ -195,6 +199,32 @@ def _combined(earlier: TableReport | None, later: TableReport) -> TableReport:
                        earlier.columns_added + later.columns_added,
                        earlier.columns_widened + later.columns_widened,
                        earlier.error or later.error, earlier.seconds + later.seconds)
+
+
+def _histories_to_build(config: Config, spark: SparkSession, names: TableNames,
+                        progress: Progress, scope: Sequence[str] | None,
+                        rebuild: Sequence[str]) -> list[str]:
+    """Tables whose history was just turned on: silver exists, its history not. They
+    are rebuilt from all of bronze, so their history starts where bronze does."""
+    found = []
+    for table in sorted(progress.tables):
+        if table in rebuild or (scope is not None and table not in scope) \
+                or not config.silver.keeps_history(table):
+            continue
+        schema, name = table.split(".", 1)
+        if table_exists(spark, names.silver(schema, name)) \
+                and not table_exists(spark, names.history(schema, name)):
+            log.info("silver %s: history turned on; rebuilding the table and its history "
+                     "from all of bronze", table)
+            found.append(table)
+    return found
+
+
+def history_of(config: Config, table: str) -> tuple[str, ...] | None:
+    """A table's tracked columns if it keeps history (() for every column), else None."""
+    if not config.silver.keeps_history(table):
+        return None
+    return config.silver.tracked_columns(table) or ()
 
 
 def clash_error(table: str, names: TableNames, others: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
 from pipelines.silver.events import (
-    DELETE, METADATA, OLD_KEY, OP, UNCHANGED, XID, col, field)
+    CHANGE, DELETE, METADATA, OLD_KEY, OP, UNCHANGED, XID, col, field)
 
 
 def expand_key_changes(events: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -23,6 +23,7 @@ def expand_key_changes(events: DataFrame, keys: Sequence[str]) -> DataFrame:
     old_key = {k: field(F.col(OLD_KEY), k) for k in keys}
     replaced = {
         OP: F.lit(DELETE),
+        CHANGE: F.lit(DELETE),
         UNCHANGED: F.array().cast(ArrayType(StringType())),
         OLD_KEY: F.when(F.lit(False), F.col(OLD_KEY)),  # a typed null
         **old_key,

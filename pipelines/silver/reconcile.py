@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType
 
 from pipelines.silver.events import (
-    CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, UNCHANGED, UPSERT, XID, col,
+    CHANGE, CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT, XID, col,
     is_after, no_old_key)
 from pipelines.silver.resync import generation_start
 from pipelines.silver.watermarks import ChunkWindow, invisible_to_snapshot
@@ -95,6 +95,7 @@ def reconcile_chunks(chunk_rows: DataFrame, windows: DataFrame, changes: DataFra
         UNCHANGED: F.when(dropped, F.array_compact(not_supplied))
         .otherwise(F.array().cast(ArrayType(StringType()))),
         OLD_KEY: no_old_key(keys), XID: F.lit(None).cast(LongType()),
+        CHANGE: F.lit(SNAPSHOT),
     }
     for c in values:
         out[c] = F.when(~dropped | supplies[c], col(c))

@@ -29,6 +29,16 @@ from pipelines.silver.watermarks import (
     ChunkWindow, Position, Watermark, chunk_windows, parse_watermark)
 
 
+@dataclass(frozen=True)
+class Closing:
+    """A truncate, or the end of a resync: at `at` every row last written at or below
+    `floor` is gone (a truncate's floor is its own position; a resync's, resync.py)."""
+
+    at: Position
+    at_micros: int | None  # its commit time, Unix microseconds
+    floor: Position
+
+
 @dataclass
 class TableScan:
     """One table's new bronze rows, summarized."""
@@ -40,6 +50,7 @@ class TableScan:
     updates: int = 0
     deletes: int = 0
     truncate: Position | None = None  # the newest truncate (or resync floor, resync.py)
+    closings: list[Closing] = field(default_factory=list)  # all of them (history.py)
     moved: bool = False  # some update sent an old key: maybe a key change
     unchanged: frozenset[str] = frozenset()  # columns some update left unchanged (TOAST)
     windows: list[ChunkWindow] = field(default_factory=list)
@@ -166,6 +177,7 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
             scan = tables.setdefault(f"{r.schema_name}.{r.table_name}",
                                      TableScan(f"{r.schema_name}.{r.table_name}"))
             scan.truncate = max(scan.truncate or position, position)
+            scan.closings.append(Closing(position, r.commit_micros, position))
         else:
             marks.append(parse_watermark(bytes(r.message_content), position,
                                          utc_from_micros(r.commit_micros)))
@@ -226,6 +238,9 @@ def _add_resync_floors(tables: dict[str, TableScan], marks: list[Watermark],
         floor = resync_floor(changes, end.table,
                              [m for m in every if m.backfill_id == end.backfill_id], starts)
         scan.truncate = max(scan.truncate or floor, floor)
+        micros = None if end.commit_ts is None else int(
+            (end.commit_ts - utc_from_micros(0)) // timedelta(microseconds=1))
+        scan.closings.append(Closing(end.position, micros, floor))
 
 
 def watermarks_before(changes: DataFrame, before: Position) -> list[Watermark]:

@@ -1,0 +1,258 @@
+"""History tables: every version of every key of a silver table (SCD type 2).
+
+One row per version of a key: the typed source columns, where the version starts and
+ends in the change stream and in time, whether it is current, and the change that
+opened it. The rules, applied to a key's events in position order:
+
+- a change (insert or update) opens a new version when the key has no open version,
+  or when a tracked column (`silver.history_columns`, default: every column) differs
+  from the open one; otherwise it updates the open version in place;
+- a backfill row opens a version only when the key has none open: it never splits one
+  (it holds what the stream already gave, or a TOAST value the stream did not send);
+- a delete (and the old key of a key change) closes the open version;
+- a truncate, or the end of a resync, closes every open version last written at or
+  below its floor (scan.Closing), at its own position.
+
+A batch reads, per key it touches, the version open at the batch's start (its *base*)
+and writes the versions the batch touched, matched on (key, _valid_from). Everything is
+computed from the base and the batch's events, so a re-run of the same batch writes
+the same rows, and a MERGE that finds them equal changes nothing.
+
+Positions are one sortable number, `_lsn * 10^10 + _change_index` as DECIMAL(38,0):
+a change's LSN is the leading digits, its index in the transaction the last ten.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType, DecimalType, LongType, StringType, StructField, StructType, TimestampType)
+
+from pipelines.silver.events import (
+    CHANGE, CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT,
+    col, quote)
+from pipelines.silver.scan import Closing
+from pipelines.silver.watermarks import Position
+
+VALID_FROM, VALID_TO = "_valid_from", "_valid_to"
+VALID_FROM_TS, VALID_TO_TS = "_valid_from_ts", "_valid_to_ts"
+IS_CURRENT, HISTORY_OP = "_is_current", "_op"
+POSITION_TYPE = DecimalType(38, 0)
+INDEX_DIGITS = 10
+HISTORY_FIELDS = (
+    StructField(VALID_FROM, POSITION_TYPE), StructField(VALID_TO, POSITION_TYPE),
+    StructField(VALID_FROM_TS, TimestampType()), StructField(VALID_TO_TS, TimestampType()),
+    StructField(IS_CURRENT, BooleanType()), StructField(HISTORY_OP, StringType()),
+    StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongType()),
+    StructField(COMMIT_TS, TimestampType()))
+HISTORY_COLUMNS = tuple(f.name for f in HISTORY_FIELDS)
+
+_BASE = "base"  # the kind of a base row in the combined stream
+
+
+def position_number(position: Position) -> int:
+    """A (commit LSN, change index) position as history's one number."""
+    lsn, index = position
+    return lsn * 10 ** INDEX_DIGITS + index
+
+
+def position_column(lsn: Column, change_index: Column) -> Column:
+    """The same number in the engine, built from digits: no decimal arithmetic, which
+    the engines round and overflow differently (docs/architecture.md, rule 5)."""
+    return F.concat(lsn.cast("string"), F.lpad(change_index.cast("string"), INDEX_DIGITS, "0")
+                    ).cast(POSITION_TYPE)
+
+
+def history_schema(silver_fields: Sequence[StructField]) -> StructType:
+    """A history table's schema: silver's source columns, then history's own."""
+    return StructType([f for f in silver_fields if f.name not in (LSN, CHANGE_INDEX, COMMIT_TS)]
+                      + list(HISTORY_FIELDS))
+
+
+def _literal(number: int) -> str:
+    return f"CAST({number} AS DECIMAL(38,0))"
+
+
+def open_at(position: Position) -> str:
+    """SQL: the versions open at `position` (the table as it was there)."""
+    at = _literal(position_number(position))
+    return f"{VALID_FROM} <= {at} AND ({VALID_TO} IS NULL OR {VALID_TO} > {at})"
+
+
+def fill_from_base(events: DataFrame, base: DataFrame, keys: Sequence[str],
+                   columns: Sequence[str], old_key: Sequence[Column] = ()) -> DataFrame:
+    """Unchanged TOAST values the batch could not resolve, from the key's base version
+    (a moved row's: from its old key's, `old_key` the typed old key values)."""
+    if not columns:
+        return events
+    found = base.select(*(col(k).alias(f"_cdc_bk_{i}") for i, k in enumerate(keys)),
+                        *(col(c).alias(f"_cdc_bv_{j}") for j, c in enumerate(columns)))
+    own = [col(k) for k in keys]
+    lookup = [F.when(F.col(OLD_KEY).isNotNull(), moved).otherwise(key)
+              for moved, key in zip(old_key, own)] if old_key else own
+    on = None
+    for i, value in enumerate(lookup):
+        match = value == F.col(f"_cdc_bk_{i}")
+        on = match if on is None else on & match
+    unchanged = {c: F.array_contains(F.col(UNCHANGED), F.lit(c)) & F.col("_cdc_bk_0").isNotNull()
+                 for c in columns}
+    updates = {c: F.when(unchanged[c], F.col(f"_cdc_bv_{j}")).otherwise(col(c))
+               for j, c in enumerate(columns)}
+    return (events.join(found, on, "left")
+            .select(*(updates[n].alias(n) if n in updates else col(n) for n in events.columns)))
+
+
+def _before(lsn: Column, index: Column, position: Position, inclusive: bool) -> Column:
+    """(lsn, index) before `position` (or at it, when `inclusive`)."""
+    last = index <= F.lit(position[1]) if inclusive else index < F.lit(position[1])
+    return (lsn < F.lit(position[0])) | ((lsn == F.lit(position[0])) & last)
+
+
+def _killed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple[Column, Column]:
+    """The position and time of the first closing after (lsn, index) that closes a
+    version last written there (null, null: none does)."""
+    found = None
+    for closing in sorted(closings, key=lambda c: c.at):
+        hit = (_before(lsn, index, closing.at, inclusive=False)
+               & _before(lsn, index, closing.floor, inclusive=True))
+        at = F.struct(F.lit(position_number(closing.at)).cast(POSITION_TYPE).alias("p"),
+                      F.lit(closing.at_micros).cast(LongType()).alias("t"))
+        found = F.when(hit, at) if found is None else found.when(hit, at)
+    if found is None:
+        return F.lit(None).cast(POSITION_TYPE), F.lit(None).cast(TimestampType())
+    return found.getField("p"), F.timestamp_micros(found.getField("t"))
+
+
+def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
+                     columns: Sequence[str], tracked: Sequence[str],
+                     closings: Sequence[Closing] = ()) -> DataFrame:
+    """The versions one batch touches: typed, TOAST-complete events in, history rows out.
+
+    events: keys, `columns` (the value columns), _lsn, _change_index, _commit_ts,
+    _cdc_op (upsert/delete) and _cdc_change (insert, update, delete, snapshot);
+    base: each touched key's version open at the batch's start, as history rows;
+    tracked: the value columns whose change opens a version;
+    closings: the batch's truncates and resync ends.
+    Returns history rows (keys, `columns`, HISTORY_COLUMNS), one per version touched.
+    """
+    stream = events.select(
+        *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
+        F.col(OP).alias("_cdc_h_op"), F.col(CHANGE).alias("_cdc_h_kind"),
+        F.lit(None).cast(POSITION_TYPE).alias("_cdc_h_from"),
+        F.lit(None).cast(TimestampType()).alias("_cdc_h_from_ts"),
+        F.lit(None).cast(StringType()).alias("_cdc_h_opened_by"))
+    stream = stream.unionByName(base.select(
+        *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
+        F.lit(UPSERT).alias("_cdc_h_op"), F.lit(_BASE).alias("_cdc_h_kind"),
+        F.col(VALID_FROM).alias("_cdc_h_from"), F.col(VALID_FROM_TS).alias("_cdc_h_from_ts"),
+        F.col(HISTORY_OP).alias("_cdc_h_opened_by")))
+
+    killed, killed_ts = _killed_at(closings, F.col(LSN), F.col(CHANGE_INDEX))
+    stream = stream.select("*", killed.alias("_cdc_h_killed"),
+                           killed_ts.alias("_cdc_h_killed_ts"),
+                           position_column(F.col(LSN), F.col(CHANGE_INDEX)).alias("_cdc_h_pos"))
+    order = Window.partitionBy(*(col(k) for k in keys)).orderBy(LSN, CHANGE_INDEX)
+
+    def before(name: str) -> Column:
+        return F.lag(col(name)).over(order)
+
+    prev_killed = before("_cdc_h_killed")
+    alive = ((before("_cdc_h_op") == UPSERT)
+             & (prev_killed.isNull() | (prev_killed > F.col("_cdc_h_pos"))))
+    same = F.lit(True)
+    for c in tracked:
+        same = same & col(c).eqNullSafe(before(c))
+    is_upsert = F.col("_cdc_h_op") == UPSERT
+    kind = F.col("_cdc_h_kind")
+    opens = (kind != _BASE) & is_upsert & (
+        ~F.coalesce(alive, F.lit(False)) | ((kind != SNAPSHOT) & ~same))
+    stream = stream.select("*", opens.alias("_cdc_h_opens"))
+
+    starts = F.when(F.col("_cdc_h_opens"), F.struct(
+        F.col("_cdc_h_pos").alias("p"), F.col(COMMIT_TS).alias("t"), kind.alias("o"))) \
+        .when(kind == _BASE, F.struct(F.col("_cdc_h_from").alias("p"),
+                                      F.col("_cdc_h_from_ts").alias("t"),
+                                      F.col("_cdc_h_opened_by").alias("o")))
+    upto_here = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    next_pos, next_ts = F.lead("_cdc_h_pos").over(order), F.lead(COMMIT_TS).over(order)
+    next_op, next_opens = F.lead("_cdc_h_op").over(order), F.lead("_cdc_h_opens").over(order)
+    stream = stream.select(
+        "*", F.last(starts, ignorenulls=True).over(upto_here).alias("_cdc_h_start"),
+        next_pos.alias("_cdc_h_next"), next_ts.alias("_cdc_h_next_ts"),
+        next_op.alias("_cdc_h_next_op"), next_opens.alias("_cdc_h_next_opens"))
+
+    # A version's last row: the next event is none, or comes after the version was
+    # closed by a truncate, or is a delete or opens another version.
+    killed_first = F.col("_cdc_h_killed").isNotNull() & (
+        F.col("_cdc_h_next").isNull() | (F.col("_cdc_h_killed") < F.col("_cdc_h_next")))
+    next_ends = (F.col("_cdc_h_next_op") == DELETE) | F.coalesce(F.col("_cdc_h_next_opens"),
+                                                                 F.lit(False))
+    last = is_upsert & (F.col("_cdc_h_next").isNull() | killed_first | next_ends)
+    valid_to = F.when(killed_first, F.col("_cdc_h_killed")).otherwise(F.col("_cdc_h_next"))
+    valid_to_ts = F.when(killed_first, F.col("_cdc_h_killed_ts")).otherwise(
+        F.col("_cdc_h_next_ts"))
+    return stream.filter(last).select(
+        *(col(k) for k in keys), *(col(c) for c in columns),
+        F.col("_cdc_h_start.p").alias(VALID_FROM), valid_to.alias(VALID_TO),
+        F.col("_cdc_h_start.t").alias(VALID_FROM_TS), valid_to_ts.alias(VALID_TO_TS),
+        valid_to.isNull().alias(IS_CURRENT), F.col("_cdc_h_start.o").alias(HISTORY_OP),
+        LSN, CHANGE_INDEX, COMMIT_TS)
+
+
+def history_merge_sql(target: str, source: str, keys: Sequence[str],
+                      columns: Sequence[str], key_range: str | None = None) -> str:
+    """MERGE of a batch's versions (`columns`: every column of the history table) on
+    (key, _valid_from): a version the batch changed is updated, a new one inserted, and
+    one already as the batch would leave it (a re-run) is left alone."""
+    on = " AND ".join([f"t.{quote(k)} = s.{quote(k)}" for k in keys]
+                      + [f"t.{VALID_FROM} = s.{VALID_FROM}"] + ([key_range] if key_range else []))
+    differs = (f"(t.{LSN} <> s.{LSN} OR t.{CHANGE_INDEX} <> s.{CHANGE_INDEX} "
+               f"OR NOT (t.{VALID_TO} <=> s.{VALID_TO}))")
+    updates = ", ".join(f"{quote(n)} = s.{quote(n)}" for n in columns if n not in keys
+                        and n != VALID_FROM)
+    names = ", ".join(quote(n) for n in columns)
+    values = ", ".join(f"s.{quote(n)}" for n in columns)
+    return (f"MERGE INTO {target} t USING {source} s ON {on}\n"
+            f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates}\n"
+            f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
+
+
+def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> str:
+    """Close the current versions a batch's truncates and resync ends close, at the
+    first of them that reaches each (`source`: any empty relation)."""
+    hits, positions, times = [], [], []
+    for closing in sorted(closings, key=lambda c: c.at):
+        hit = f"({_sql_before(closing.at, False)} AND {_sql_before(closing.floor, True)})"
+        hits.append(hit)
+        positions.append(f"WHEN {hit} THEN {_literal(position_number(closing.at))}")
+        times.append(f"WHEN {hit} THEN " + ("NULL" if closing.at_micros is None
+                                            else f"timestamp_micros({closing.at_micros})"))
+    return (f"MERGE INTO {target} t USING {source} s ON FALSE\n"
+            f"WHEN NOT MATCHED BY SOURCE AND t.{IS_CURRENT} AND ({' OR '.join(hits)}) "
+            f"THEN UPDATE SET {VALID_TO} = CASE {' '.join(positions)} END, "
+            f"{VALID_TO_TS} = CASE {' '.join(times)} END, {IS_CURRENT} = false")
+
+
+def _sql_before(position: Position, inclusive: bool) -> str:
+    lsn, index = position
+    return (f"(t.{LSN} < {lsn} OR (t.{LSN} = {lsn} AND "
+            f"t.{CHANGE_INDEX} {'<=' if inclusive else '<'} {index}))")
+
+
+def as_of(history: DataFrame, at: "datetime | Position | int") -> DataFrame:
+    """The table as it was at `at`, from its history table: a commit time (every
+    change committed at or before it), or a position ((commit LSN, change index), or
+    history's number). The source columns only, one row per key."""
+    if isinstance(at, datetime):
+        when = F.lit(at).cast(TimestampType())
+        open_then = (F.col(VALID_FROM_TS) <= when) & (
+            F.col(VALID_TO).isNull() | (F.col(VALID_TO_TS) > when))
+    else:
+        number = F.lit(position_number(at) if isinstance(at, tuple) else at).cast(POSITION_TYPE)
+        open_then = (F.col(VALID_FROM) <= number) & (
+            F.col(VALID_TO).isNull() | (F.col(VALID_TO) > number))
+    return history.filter(open_then).drop(*HISTORY_COLUMNS)

@@ -1,0 +1,100 @@
+"""A silver run's writes to a table's history table (the rules: silver/history.py).
+
+Runs inside the table's silver batch, after its silver and tombstone MERGE statements
+and before the run records its progress, from the same staged events: a crash before
+the progress is recorded re-runs the batch, which writes the same versions again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from pipelines.catalog import TableRef, staged
+from pipelines.errors import DataError
+from pipelines.silver.events import col
+from pipelines.silver.evolution import plan_schema
+from pipelines.silver.history import (
+    HISTORY_COLUMNS, closing_merge_sql, fill_from_base, history_merge_sql,
+    history_schema, history_versions, open_at)
+from pipelines.silver.merge import key_range
+from pipelines.silver.scan import TableScan
+from pipelines.silver.table_shape import TableShape
+from pipelines.silver.watermarks import Position
+
+if TYPE_CHECKING:
+    from pipelines.silver.apply import SilverContext
+
+log = logging.getLogger(__name__)
+
+SOURCE_VIEW = "_lakehouse_history_versions"
+
+
+def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: DataFrame,
+          after: Position, silver_schema: StructType, old_key: Sequence[Column],
+          replace_table: bool) -> None:
+    """Write the versions the batch `every` (all its typed, filled events, after
+    `after`) opens, updates or closes, and close what its truncates close."""
+    from pipelines.silver.apply import create_table, evolve
+
+    schema, name = table.name.split(".", 1)
+    target = run.names.history(schema, name)
+    keys = list(shape.key_columns)
+    wanted = history_schema(silver_schema.fields)
+    exists = not replace_table and run.exists(target)
+    if exists:
+        current = run.read(target).schema
+        source_fields = [f for f in wanted.fields if f.name not in HISTORY_COLUMNS]
+        evolve(run, target, current, plan_schema(shape.qualified_name, current, source_fields))
+    else:
+        create_table(run, target, wanted, replace_table)
+        log.info("silver %s: history table created at %s", table.name, target)
+    run.maintenance.prepare(run.spark, target, keys)
+
+    if table.closings and exists:
+        run.spark.createDataFrame([], wanted).createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(closing_merge_sql(target.sql, SOURCE_VIEW, table.closings)).collect()
+
+    columns = [f.name for f in wanted.fields if f.name not in HISTORY_COLUMNS
+               and f.name not in keys]
+    events = every.select(*(col(n) if n in every.columns
+                            else F.lit(None).cast(wanted[n].dataType).alias(n)
+                            for n in [*keys, *columns]),
+                          *(c for c in every.columns if c not in {*keys, *columns}))
+    base = _base(run, target, events, keys, after) if exists else \
+        run.spark.createDataFrame([], wanted)
+    filled = fill_from_base(events, base, keys, columns, old_key if table.moved else ())
+    versions = staged(run.spark, history_versions(filled, base, keys, columns,
+                                                  tracked_columns(run, table, shape,
+                                                                  columns),
+                                                  table.closings),
+                      run.lake.history_versions_staging(schema, name))
+    bounds = key_range(versions, keys)
+    versions.select(*wanted.names).createOrReplaceTempView(SOURCE_VIEW)
+    run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, wanted.names,
+                                    bounds)).collect()
+
+
+def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
+                    columns: Sequence[str]) -> list[str]:
+    """The value columns whose change opens a version (silver.history_columns, default
+    all); a name the table does not have stops the table before anything is written."""
+    keys = shape.key_columns
+    tracked = run.history(table.name) or columns
+    unknown = sorted(set(tracked) - set(columns) - set(keys))
+    if unknown:
+        raise DataError(f"silver.history_columns of {table.name}: no column "
+                        f"{', '.join(unknown)} in the table (its columns: "
+                        f"{', '.join([*keys, *columns])})")
+    return [c for c in tracked if c in columns]
+
+
+def _base(run: "SilverContext", target: TableRef, events: DataFrame, keys: Sequence[str],
+          after: Position) -> DataFrame:
+    """The versions open at `after` of the keys the batch touches."""
+    touched = events.select(*(col(k) for k in keys)).distinct()
+    return run.read(target).filter(open_at(after)).join(touched, list(keys), "left_semi")
