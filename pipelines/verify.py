@@ -33,6 +33,7 @@ from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.lake import Lake
+from pipelines.silver.history import IS_CURRENT
 from pipelines.silver.progress import read_progress
 from pipelines.silver.table_shape import SourceColumn
 from pipelines.silver.types import typed_columns
@@ -56,10 +57,13 @@ class TableDiff:
     silver_rows: int
     counts: dict[str, int] = field(default_factory=dict)  # missing / extra / different
     examples: dict[str, list[str]] = field(default_factory=dict)  # first keys of each kind
+    # the history table's current rows against silver (None: the table keeps no history)
+    history: dict[str, int] | None = None
+    history_examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def equal(self) -> bool:
-        return not any(self.counts.values())
+        return not any(self.counts.values()) and not any((self.history or {}).values())
 
 
 class NotCaughtUp(Exception):
@@ -225,7 +229,22 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
                                  else F.lit(None).alias(c) for c in names))
     else:
         silver = source.limit(0)
-    diff = differences(source, silver, keys, names)
+    counts, examples = _tally(differences(source, silver, keys, names), sample)
+    history = history_examples = None
+    history_table = TableNames.from_config(config).history(*table.split(".", 1))
+    if config.silver.keeps_history(table) and table_exists(spark, history_table):
+        # silver is the reference here: a difference of silver's own shows above
+        current = read_table(spark, history_table).filter(F.col(IS_CURRENT))
+        current = current.select(*(F.col(f"`{c}`") if c in current.columns
+                                   else F.lit(None).alias(c) for c in names))
+        history, history_examples = _tally(differences(silver, current, keys, names), sample)
+    source_rows, silver_rows = source.count(), silver.count()
+    return TableDiff(table, source_rows, silver_rows, counts, examples, history,
+                     history_examples or {})
+
+
+def _tally(diff: DataFrame, sample: int) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """Counts of each kind of difference, and the first `sample` keys of each."""
     counts = {row["kind"]: row["count"] for row in diff.groupBy("kind").count().collect()}
     examples: dict[str, list[str]] = {}
     if counts:
@@ -233,8 +252,7 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
             bucket = examples.setdefault(row["kind"], [])
             if len(bucket) < sample:
                 bucket.append(row["key"])
-    source_rows, silver_rows = source.count(), silver.count()
-    return TableDiff(table, source_rows, silver_rows, counts, examples)
+    return counts, examples
 
 
 def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None = None,
@@ -251,16 +269,26 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
                     for i, table in enumerate(scope)]
 
 
+def _kinds(counts: dict[str, int], examples: dict[str, list[str]], indent: str) -> list[str]:
+    return [f"{indent}{kind}: {counts[kind]} key(s), e.g. {'; '.join(examples.get(kind, []))}"
+            for kind in ("missing", "extra", "different") if counts.get(kind)]
+
+
 def format_diffs(diffs: Sequence[TableDiff]) -> str:
     lines = []
     for diff in diffs:
         status = "equal" if diff.equal else "DIFFERENT"
         lines.append(f"{diff.table}: {status} (source {diff.source_rows} rows, silver "
                      f"{diff.silver_rows} rows)")
-        for kind in ("missing", "extra", "different"):
-            if diff.counts.get(kind):
-                keys = "; ".join(diff.examples.get(kind, []))
-                lines.append(f"  {kind}: {diff.counts[kind]} key(s), e.g. {keys}")
-        if not diff.equal:
+        lines += _kinds(diff.counts, diff.examples, "  ")
+        if any(diff.counts.values()):
             lines.append(f"  repair: lakehouse backfill --resync {diff.table}")
+        if diff.history is None:
+            continue
+        if not any(diff.history.values()):
+            lines.append("  history: its current rows equal silver")
+            continue
+        lines.append("  history: its current rows differ from silver")
+        lines += _kinds(diff.history, diff.history_examples, "    ")
+        lines.append(f"    repair: lakehouse silver --rebuild {diff.table}")
     return "\n".join(lines)

@@ -173,3 +173,29 @@ def test_connect_without_an_endpoint_names_both_ways_to_give_one(tmp_path, monke
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
     with pytest.raises(ConfigError, match="set connect.url .* or SPARK_REMOTE"):
         connect_session("")
+
+
+def test_history_names_tables_and_their_tracked_columns(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace("  tables:", "  failover_slot: false\n  tables:")
+                               + "silver:\n  history: [time_entries, sales.orders]\n"
+                               "  history_columns: {time_entries: [billable, project_id]}\n"),
+                         environ={})
+    assert config.source.failover_slot is False  # kept when the table names are qualified
+    assert config.silver.history == ("public.time_entries", "sales.orders")
+    assert config.silver.keeps_history("sales.orders")
+    assert not config.silver.keeps_history("public.users")
+    assert config.silver.tracked_columns("public.time_entries") == ("billable", "project_id")
+    assert config.silver.tracked_columns("sales.orders") is None
+    every = load_config(write(tmp_path, GOOD + "silver: {history: '*'}\n"), environ={})
+    assert every.silver.keeps_history("public.users")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("silver: {history: public.users}\n", "silver.history: got 'public.users', expected"),
+    ("silver: {history: [a.b.c]}\n", "silver.history: got 'a.b.c', expected schema.table"),
+    ("silver: {history_columns: {users: email}}\n", "silver.history_columns: got"),
+    ("silver: {history_columns: {users: []}}\n", "silver.history_columns: got"),
+])
+def test_bad_history_settings_name_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, GOOD + text), environ={})

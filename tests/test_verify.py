@@ -137,3 +137,24 @@ def test_silver_behind_bronze_is_reported_per_table(pipeline, spark):
         run_verify(pipeline, spark, wait_seconds=5)
     run_silver(pipeline, spark, tables=["public.pairs"])  # a table-scoped run is enough
     assert all(d.equal for d in run_verify(pipeline, spark, wait_seconds=5))
+
+
+def test_history_current_rows_are_checked_against_silver(pipeline, spark):
+    from dataclasses import replace
+
+    config = replace(pipeline, silver=replace(pipeline.silver, history=("public.things",)))
+    run_silver(config, spark)  # history turned on: the table is rebuilt with its history
+    diffs = run_verify(config, spark, wait_seconds=5)
+    assert [(d.table, d.equal, d.history) for d in diffs] == [
+        ("public.things", True, {}), ("public.pairs", True, None)]
+    assert "history: its current rows equal silver" in format_diffs(diffs)
+
+    history = Path(pipeline.lake.path, "silver_history", "public", "things")
+    DeltaTable(str(history)).delete("id = 7")  # lose a key's versions
+    DeltaTable(str(history)).update(updates={"name": "'changed'"}, predicate="id = 8")
+    diffs = run_verify(config, spark, wait_seconds=5)
+    assert (diffs[0].equal, diffs[0].counts, diffs[0].history) == (
+        False, {}, {"missing": 1, "different": 1})
+    report = format_diffs(diffs)
+    assert "history: its current rows differ from silver" in report
+    assert "repair: lakehouse silver --rebuild public.things" in report

@@ -36,9 +36,10 @@ def add_parser(verbs: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
         "sql", help="query silver and gold with Spark SQL, or serve them to Spark Connect",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run one Spark SQL query on the configured engine and print its result.\n"
-        "Every silver and gold table of the lake is there by the name analysts use on\n"
-        "Databricks, less the catalog: <databricks.silver_schema>.<table> and\n"
-        "<databricks.gold_schema>.<report> (by default lakehouse_silver.users,\n"
+        "Every silver, history and gold table of the lake is there by the name analysts\n"
+        "use on Databricks, less the catalog: <databricks.silver_schema>.<table>,\n"
+        "<databricks.history_schema>.<table> and <databricks.gold_schema>.<report> (by\n"
+        "default lakehouse_silver.users, lakehouse_history.users,\n"
         "lakehouse_gold.hours_per_project_per_day); a source table outside schema public\n"
         "is <schema>_<table>. With engine databricks, use the three-part names.\n"
         "A query the engine rejects is printed with the engine's message (exit 2).\n\n"

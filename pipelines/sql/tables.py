@@ -1,8 +1,9 @@
 """The lake's silver and gold tables under analysts' names, registered in a Spark session.
 
-On Databricks silver and gold are Unity Catalog tables already: `<catalog>.<schema>.<name>`.
-Elsewhere they are Delta tables under the lake, and this module gives each the same name
-less the catalog (pipelines.catalog's rule: `lakehouse_silver.users`,
+On Databricks silver, history and gold are Unity Catalog tables already:
+`<catalog>.<schema>.<name>`. Elsewhere they are Delta tables under the lake, and this
+module gives each the same name less the catalog (pipelines.catalog's rule:
+`lakehouse_silver.users`, `lakehouse_history.users`,
 `lakehouse_gold.hours_per_project_per_day`) as an external table of the session catalog.
 """
 
@@ -42,6 +43,8 @@ def lake_tables(config: "Config") -> list[AnalystTable]:
     db = config.databricks
     tables = [AnalystTable((db.silver_schema, name), lake.silver(*table))
               for name, table in silver_names(lake).items()]
+    tables += [AnalystTable((db.history_schema, name), lake.silver_history(*table))
+               for name, table in silver_names(lake, under=("silver_history",)).items()]
     tables += [AnalystTable((db.gold_schema, report), lake.gold(report))
                for report in lake.delta_tables("gold")]
     return tables
