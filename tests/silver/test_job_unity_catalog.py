@@ -28,7 +28,7 @@ def unity(spark, config):
     suffix = uuid.uuid4().hex[:8]
     return replace(config, engine="databricks",
                    databricks=DatabricksConfig(spark.catalog.currentCatalog(), f"silver_{suffix}",
-                                               f"gold_{suffix}"))
+                                               f"gold_{suffix}", f"history_{suffix}"))
 
 
 def table_rows(spark, name: str, *columns: str) -> list[tuple]:
@@ -37,7 +37,8 @@ def table_rows(spark, name: str, *columns: str) -> list[tuple]:
 
 
 def sorted_rows(df) -> list[tuple]:
-    return sorted(tuple(r) for r in df.collect())
+    return sorted((tuple(r) for r in df.collect()),
+                  key=lambda row: tuple((v is None, v) for v in row))
 
 
 def test_the_same_bronze_gives_the_same_silver_by_path_and_by_name(spark, lake, config, unity,
@@ -45,14 +46,16 @@ def test_the_same_bronze_gives_the_same_silver_by_path_and_by_name(spark, lake, 
     twin = BronzeLake(tmp_path / "twin")
     history(lake)
     history(twin)
-    unity = replace(unity, lake=LakeConfig(twin.root))
+    config = replace(config, silver=replace(config.silver, history="*"))
+    unity = replace(unity, lake=LakeConfig(twin.root), silver=config.silver)
     by_path, by_name = run_silver(config, spark), run_silver(unity, spark)
     assert replace(by_name, seconds=0) == replace(by_path, seconds=0)
     paths, names = TableNames.from_config(config), TableNames.from_config(unity)
     assert len(sorted_rows(read_table(spark, names.silver("public", "items")))) == 5
     for table in ("items", "members"):
         assert names.silver("public", table).path is None
-        for ref in ("silver", "tombstones"):
+        assert names.history("public", table).parts[1].startswith("history_")
+        for ref in ("silver", "tombstones", "history"):
             path_ref, name_ref = (getattr(n, ref)("public", table) for n in (paths, names))
             assert sorted_rows(read_table(spark, name_ref)) == \
                 sorted_rows(read_table(spark, path_ref))
