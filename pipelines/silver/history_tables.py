@@ -65,7 +65,8 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                             else F.lit(None).cast(wanted[n].dataType).alias(n)
                             for n in [*keys, *columns]),
                           *(c for c in every.columns if c not in {*keys, *columns}))
-    base = _base(run, target, events, keys, after) if exists else \
+    bounds = key_range(events, keys)  # every version the batch writes is of these keys
+    base = _base(run, target, events, keys, after, bounds) if exists else \
         run.spark.createDataFrame([], wanted)
     filled = fill_from_base(events, base, keys, columns, old_key if table.moved else ())
     versions = staged(run.spark, history_versions(filled, base, keys, columns,
@@ -73,7 +74,6 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                                                                   columns),
                                                   table.closings),
                       run.lake.history_versions_staging(schema, name))
-    bounds = key_range(versions, keys)
     versions.select(*wanted.names).createOrReplaceTempView(SOURCE_VIEW)
     run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, wanted.names,
                                     bounds)).collect()
@@ -94,7 +94,11 @@ def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
 
 
 def _base(run: "SilverContext", target: TableRef, events: DataFrame, keys: Sequence[str],
-          after: Position) -> DataFrame:
-    """The versions open at `after` of the keys the batch touches."""
+          after: Position, bounds: str | None) -> DataFrame:
+    """The versions open at `after` of the keys the batch touches, read within the
+    batch's key ranges (silver.merge.key_range) so the engines skip the other files."""
     touched = events.select(*(col(k) for k in keys)).distinct()
-    return run.read(target).filter(open_at(after)).join(touched, list(keys), "left_semi")
+    history = run.read(target).alias("t")
+    if bounds is not None:
+        history = history.filter(F.expr(bounds))
+    return history.filter(open_at(after)).join(touched, list(keys), "left_semi")
