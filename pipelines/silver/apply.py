@@ -299,7 +299,8 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
     # source is itself a join also runs markedly slower).
     staged = _staged(run, mark_stale_events(source, run.read(marks) if marks_exist else None,
                                             keys), shape)
-    check_failures(shape, failures_of(staged, shape.columns))  # stops the table
+    if every is None:  # else checked above, on every event
+        check_failures(shape, failures_of(staged, shape.columns))  # stops the table
 
     if silver_exists:
         evolve(run, silver, target, plan)

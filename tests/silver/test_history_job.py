@@ -83,3 +83,26 @@ def test_untracked_columns_update_the_version_in_place(spark, lake, config):
     run_silver(config, spark)
     assert versions(spark, lake.root) == [(1, "a", "y", p(10), p(12), False, "insert"),
                                           (1, "b", "y", p(12), None, True, "update")]
+
+
+def test_history_turned_on_later_starts_where_bronze_starts(spark, lake, config):
+    every_kind_of_change(lake)
+    run_silver(replace(config, silver=replace(config.silver, history=())), spark)
+    assert not (lake.root / "silver_history").exists()
+    run_silver(config, spark)  # the tables are rebuilt with their history
+    assert versions(spark, lake.root)[0] == (1, "a", "D1", p(10), p(11), False, "insert")
+    assert len(versions(spark, lake.root)) == 9
+    history = lake.root / "silver_history/public/items"
+    spark.read.format("delta").load(str(history)).limit(0).write.format("delta") \
+        .mode("overwrite").save(str(history))  # lose it all ...
+    run_silver(config, spark, rebuild=["items"])  # ... and rebuild it with the table
+    assert len(versions(spark, lake.root)) == 9
+
+
+def test_a_tracked_column_the_table_lacks_stops_the_table_before_any_write(spark, lake, config):
+    config = replace(config, silver=replace(config.silver,
+                                            history_columns={"public.items": ("nope",)}))
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a", doc="x")])
+    report = run_silver(config, spark)
+    assert "silver.history_columns of public.items: no column nope" in report.failed[0].error
+    assert not (lake.root / "silver/public/items").exists()
