@@ -52,6 +52,7 @@ HISTORY_FIELDS = (
 HISTORY_COLUMNS = tuple(f.name for f in HISTORY_FIELDS)
 
 _BASE = "base"  # the kind of a base row in the combined stream
+_BUCKETS = 64  # window partitions of a batch's events (history_versions)
 
 
 def position_number(position: Position) -> int:
@@ -138,6 +139,12 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
     tracked: the value columns whose change opens a version;
     closings: the batch's truncates and resync ends.
     Returns history rows (keys, `columns`, HISTORY_COLUMNS), one per version touched.
+
+    Each row looks at its neighbours in (key, position) order: whether it opens a
+    version (the row before), whether it is its version's last (the row after). A
+    version is then its first row's start and its last row's values. The windows are
+    partitioned by buckets of keys, not by key: a batch holds one or two events per key,
+    and engines pay per window partition (Sail several times the whole step).
     """
     stream = events.select(
         *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
@@ -150,56 +157,78 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
         F.lit(UPSERT).alias("_cdc_h_op"), F.lit(_BASE).alias("_cdc_h_kind"),
         F.col(VALID_FROM).alias("_cdc_h_from"), F.col(VALID_FROM_TS).alias("_cdc_h_from_ts"),
         F.col(HISTORY_OP).alias("_cdc_h_opened_by")))
-
     killed, killed_ts = _killed_at(closings, F.col(LSN), F.col(CHANGE_INDEX))
     stream = stream.select("*", killed.alias("_cdc_h_killed"),
                            killed_ts.alias("_cdc_h_killed_ts"),
                            position_column(F.col(LSN), F.col(CHANGE_INDEX)).alias("_cdc_h_pos"))
-    order = Window.partitionBy(*(col(k) for k in keys)).orderBy(LSN, CHANGE_INDEX)
 
-    def before(name: str) -> Column:
-        return F.lag(col(name)).over(order)
+    bucket = F.pmod(F.xxhash64(*(col(k) for k in keys)), F.lit(_BUCKETS))
+    order = Window.partitionBy(bucket).orderBy(*(col(k) for k in keys), LSN, CHANGE_INDEX)
+    seen = [*keys, *tracked, "_cdc_h_op", "_cdc_h_kind", "_cdc_h_killed", "_cdc_h_pos",
+            COMMIT_TS]
+    near = F.struct(*(col(n).alias(f"f{i}") for i, n in enumerate(seen)))
+    stream = stream.select("*", F.lag(near).over(order).alias("_cdc_h_prev"),
+                           F.lead(near).over(order).alias("_cdc_h_next"))
 
-    prev_killed = before("_cdc_h_killed")
-    alive = ((before("_cdc_h_op") == UPSERT)
-             & (prev_killed.isNull() | (prev_killed > F.col("_cdc_h_pos"))))
-    same = F.lit(True)
-    for c in tracked:
-        same = same & col(c).eqNullSafe(before(c))
-    is_upsert = F.col("_cdc_h_op") == UPSERT
-    kind = F.col("_cdc_h_kind")
-    opens = (kind != _BASE) & is_upsert & (
-        ~F.coalesce(alive, F.lit(False)) | ((kind != SNAPSHOT) & ~same))
-    stream = stream.select("*", opens.alias("_cdc_h_opens"))
+    def of(row: str, name: str) -> Column:
+        return F.col(row).getField(f"f{seen.index(name)}")
 
-    starts = F.when(F.col("_cdc_h_opens"), F.struct(
-        F.col("_cdc_h_pos").alias("p"), F.col(COMMIT_TS).alias("t"), kind.alias("o"))) \
-        .when(kind == _BASE, F.struct(F.col("_cdc_h_from").alias("p"),
-                                      F.col("_cdc_h_from_ts").alias("t"),
-                                      F.col("_cdc_h_opened_by").alias("o")))
-    upto_here = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    next_pos, next_ts = F.lead("_cdc_h_pos").over(order), F.lead(COMMIT_TS).over(order)
-    next_op, next_opens = F.lead("_cdc_h_op").over(order), F.lead("_cdc_h_opens").over(order)
-    stream = stream.select(
-        "*", F.last(starts, ignorenulls=True).over(upto_here).alias("_cdc_h_start"),
-        next_pos.alias("_cdc_h_next"), next_ts.alias("_cdc_h_next_ts"),
-        next_op.alias("_cdc_h_next_op"), next_opens.alias("_cdc_h_next_opens"))
+    def same_key(row: str) -> Column:
+        equal = F.col(row).isNotNull()
+        for k in keys:
+            equal = equal & (of(row, k) == col(k))
+        return F.coalesce(equal, F.lit(False))
 
-    # A version's last row: the next event is none, or comes after the version was
-    # closed by a truncate, or is a delete or opens another version.
+    def same_tracked(row: str) -> Column:
+        equal = F.lit(True)
+        for c in tracked:
+            equal = equal & of(row, c).eqNullSafe(col(c))
+        return equal
+
+    def alive_at(op: Column, killed_at: Column, position: Column) -> Column:
+        """An upsert (op) still open at `position` unless a closing came first."""
+        return (op == UPSERT) & (killed_at.isNull() | (killed_at > position))
+
+    def opening(alive: Column, kind: Column, same: Column) -> Column:
+        return ~alive | ((kind != SNAPSHOT) & ~same)
+
+    upsert, kind, pos = F.col("_cdc_h_op") == UPSERT, F.col("_cdc_h_kind"), F.col("_cdc_h_pos")
+    alive = same_key("_cdc_h_prev") & alive_at(of("_cdc_h_prev", "_cdc_h_op"),
+                                                of("_cdc_h_prev", "_cdc_h_killed"), pos)
+    opens = (kind != _BASE) & upsert & opening(alive, kind, same_tracked("_cdc_h_prev"))
+    has_next = same_key("_cdc_h_next")
+    next_pos = of("_cdc_h_next", "_cdc_h_pos")
+    next_opens = (of("_cdc_h_next", "_cdc_h_op") == UPSERT) & opening(
+        alive_at(F.col("_cdc_h_op"), F.col("_cdc_h_killed"), next_pos),
+        of("_cdc_h_next", "_cdc_h_kind"), same_tracked("_cdc_h_next"))
     killed_first = F.col("_cdc_h_killed").isNotNull() & (
-        F.col("_cdc_h_next").isNull() | (F.col("_cdc_h_killed") < F.col("_cdc_h_next")))
-    next_ends = (F.col("_cdc_h_next_op") == DELETE) | F.coalesce(F.col("_cdc_h_next_opens"),
-                                                                 F.lit(False))
-    last = is_upsert & (F.col("_cdc_h_next").isNull() | killed_first | next_ends)
-    valid_to = F.when(killed_first, F.col("_cdc_h_killed")).otherwise(F.col("_cdc_h_next"))
-    valid_to_ts = F.when(killed_first, F.col("_cdc_h_killed_ts")).otherwise(
-        F.col("_cdc_h_next_ts"))
-    return stream.filter(last).select(
+        ~has_next | (F.col("_cdc_h_killed") < next_pos))
+    # A version's last row: nothing of its key follows, or a closing comes first, or
+    # the next event deletes the key or opens another version.
+    last = upsert & (~has_next | killed_first | (of("_cdc_h_next", "_cdc_h_op") == DELETE)
+                     | next_opens)
+    starts = opens | (kind == _BASE)
+    begin = F.struct(
+        F.when(kind == _BASE, F.col("_cdc_h_from")).otherwise(pos).alias("p"),
+        F.when(kind == _BASE, F.col("_cdc_h_from_ts")).otherwise(F.col(COMMIT_TS)).alias("t"),
+        F.when(kind == _BASE, F.col("_cdc_h_opened_by")).otherwise(kind).alias("o"))
+    ends = stream.filter(starts | last).select(
+        *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
+        starts.alias("_cdc_h_starts"), last.alias("_cdc_h_last"), begin.alias("_cdc_h_begin"),
+        F.when(killed_first, F.col("_cdc_h_killed")).when(has_next, next_pos)
+        .alias(VALID_TO),
+        F.when(killed_first, F.col("_cdc_h_killed_ts"))
+        .when(has_next, of("_cdc_h_next", COMMIT_TS)).alias(VALID_TO_TS))
+
+    # Among first and last rows, a last row that did not open its version follows the
+    # row that did.
+    start = F.when(F.col("_cdc_h_starts"), F.col("_cdc_h_begin")).otherwise(
+        F.lag("_cdc_h_begin").over(order))
+    return ends.select("*", start.alias("_cdc_h_start")).filter(F.col("_cdc_h_last")).select(
         *(col(k) for k in keys), *(col(c) for c in columns),
-        F.col("_cdc_h_start.p").alias(VALID_FROM), valid_to.alias(VALID_TO),
-        F.col("_cdc_h_start.t").alias(VALID_FROM_TS), valid_to_ts.alias(VALID_TO_TS),
-        valid_to.isNull().alias(IS_CURRENT), F.col("_cdc_h_start.o").alias(HISTORY_OP),
+        F.col("_cdc_h_start.p").alias(VALID_FROM), VALID_TO,
+        F.col("_cdc_h_start.t").alias(VALID_FROM_TS), VALID_TO_TS,
+        F.col(VALID_TO).isNull().alias(IS_CURRENT), F.col("_cdc_h_start.o").alias(HISTORY_OP),
         LSN, CHANGE_INDEX, COMMIT_TS)
 
 
