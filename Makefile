@@ -101,6 +101,7 @@ bench: install object-stores
 	$(BIN)/python -m bench.recover_bench
 	$(BIN)/python -m bench.silver_bench
 	$(BIN)/python -m bench.silver_first_run
+	$(BIN)/python -m bench.history_bench
 	$(BIN)/python -m bench.delta_log_bench
 	$(BIN)/python -m bench.object_store_bench
 	$(BIN)/python -m bench.gold_bench

@@ -53,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -341,7 +342,8 @@ def _label(args: tuple) -> str:
         text = str(plan.command.sql_command)
         if "MERGE" in text:
             target = ("tombstones" if "silver_tombstones" in text
-                      else "progress" if "silver_progress" in text else "silver")
+                      else "progress" if "silver_progress" in text
+                      else "history" if "silver_history" in text else "silver")
             return f"MERGE INTO {target}"
     frame = sys._getframe(3)
     while frame is not None:
@@ -352,24 +354,29 @@ def _label(args: tuple) -> str:
     return "bench"
 
 
+def time_calls(steps: list[tuple[str, float]], calls: dict[str, tuple[object, str]]) -> None:
+    """Replace module functions by timed ones: every call appends (step, seconds) to
+    `steps`. calls: step -> (module, function name), looked up at call time by its callers."""
+    for step, (module, name) in calls.items():
+        original = getattr(module, name)
+
+        def timed_call(*args, _original=original, _step=step, **kwargs):
+            begun = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                steps.append((_step, time.perf_counter() - begun))
+        setattr(module, name, timed_call)
+
+
 def timed_run_silver(config, spark) -> dict:
     """One run_silver with the job's steps timed (where a run's seconds go, on any engine):
     its seconds, the steps and what it applied per table."""
     from pipelines.silver import job
 
     steps: list[tuple[str, float]] = []
-    for name in ("read_progress", "scan_bronze", "apply_table", "write_progress"):
-        original = getattr(job, name, None)
-        if original is None:
-            continue
-
-        def step(*args, _original=original, _name=name, **kwargs):
-            begun = time.perf_counter()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                steps.append((_name, time.perf_counter() - begun))
-        setattr(job, name, step)
+    time_calls(steps, {name: (job, name) for name in (
+        "read_progress", "scan_bronze", "apply_table", "write_progress") if hasattr(job, name)})
     begun = time.perf_counter()
     report = job.run_silver(config, spark)
     seconds = time.perf_counter() - begun
@@ -498,13 +505,19 @@ def build_silver(lake: Path, n: int, seed: int) -> dict:
             "peak_mb": result["rss_peak_mb"], "load": load, "silver": result}
 
 
-def build_direct(lake: Path, n: int, seed: int) -> dict:
+def build_direct(lake: Path, n: int, seed: int,
+                 first_run: Callable[[], None] | None = None,
+                 also: Callable[[pa.Table], None] | None = None) -> dict:
     """The same lake without running silver over the n rows: run_silver applies the first
     transaction only (so the pipeline itself creates the silver, tombstone and progress
     tables, in its own schema and protocol), then delta-rs appends the other rows' typed
     values to silver in DIRECT_FILE_ROWS-row files in key order, and the pipeline's own
     write_progress moves public.bench and the "*" row to the initial load's last position,
-    exactly what a run_silver of the whole load would have recorded."""
+    exactly what a run_silver of the whole load would have recorded.
+
+    first_run: runs silver over the first transaction instead of the default child;
+    also: called with each file's rows after they are appended (to build other tables).
+    """
     from deltalake import write_deltalake
 
     started = time.perf_counter()
@@ -514,18 +527,34 @@ def build_direct(lake: Path, n: int, seed: int) -> dict:
         first = TXN_ROWS if begin == 0 else 0
         if begin == 0:
             append_bronze(lake, bronze.slice(0, TXN_ROWS), INITIAL_COMMIT_ROWS)
-            child("--phase", "silver", "--lake", str(lake), out=lake.parent / "build.json")
+            if first_run is None:
+                child("--phase", "silver", "--lake", str(lake), out=lake.parent / "build.json")
+            else:
+                first_run()
         append_bronze(lake, bronze.slice(first), INITIAL_COMMIT_ROWS)
         del bronze
         rows = pa.table({f.name: typed[f.name] for f in SILVER_SCHEMA}, schema=SILVER_SCHEMA)
         for start in range(first, rows.num_rows, DIRECT_FILE_ROWS):
-            write_deltalake(str(silver_path(lake)), rows.slice(start, DIRECT_FILE_ROWS),
-                            mode="append")
+            part = rows.slice(start, DIRECT_FILE_ROWS)
+            write_deltalake(str(silver_path(lake)), part, mode="append")
+            if also is not None:
+                also(part)
     last = rows.slice(rows.num_rows - 1)
     child("--phase", "progress", "--lake", str(lake), "--position",
           str(last["_lsn"][0].as_py()), str(last["_change_index"][0].as_py()))
     return {"method": "direct", "seconds": time.perf_counter() - started,
             "peak_mb": vm_hwm_mb(), "load": (load, os.getloadavg()[0])}
+
+
+def build_base(work: Path, n: int, initial: str, seed: int,
+               silver: Callable[[Path, int, int], dict] = build_silver,
+               direct: Callable[[Path, int, int], dict] = build_direct) -> tuple[Path, dict]:
+    """A fresh lake of n rows under `work`: run_silver's own initial load up to 1M rows,
+    the direct build above that (or as `initial` says); its path and the build's record."""
+    base = work / f"base-{n}"
+    shutil.rmtree(base, ignore_errors=True)
+    method = initial if initial != "auto" else ("silver" if n <= 1_000_000 else "direct")
+    return base, (silver if method == "silver" else direct)(base, n, seed)
 
 
 def last_commit(path: Path) -> dict:
@@ -679,11 +708,7 @@ def main() -> None:
     builds, results = [], []
     try:
         for n in args.table_rows:
-            base = work / f"base-{n}"
-            shutil.rmtree(base, ignore_errors=True)
-            method = args.initial if args.initial != "auto" else (
-                "silver" if n <= 1_000_000 else "direct")
-            build = (build_silver if method == "silver" else build_direct)(base, n, args.seed)
+            base, build = build_base(work, n, args.initial, args.seed)
             build.update(n=n, files=last_commit(silver_path(base))["files"])
             builds.append(build)
             print(f"built N={n:,} ({build['method']}): {build['seconds']:.1f} s, peak "
