@@ -54,6 +54,9 @@ DEMO_DB = "timetracking"
 DEMO_REPORTS = Path(__file__).parent / "gold"  # the demo's gold reports, shipped in the package
 DEMO_TABLES = ["public.users", "public.clients", "public.projects", "public.project_members",
                "public.time_entries", "public.scratch"]
+# Tables that also keep every version of every row (silver/history.py): the notebooks
+# show a time entry's versions and the tables as they were earlier in the run.
+DEMO_HISTORY = ["public.time_entries", "public.project_members"]
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ def write_config(workdir: Path, dsn: str, engine: str = "local") -> Config:
         "engine": engine,
         "ingest": {"batch_seconds": 0.5, "status_interval_seconds": 5},
         "backfill": {"chunk_size": 5000},
+        "silver": {"history": DEMO_HISTORY},
         "gold": {"reports": str(DEMO_REPORTS)},
     }, sort_keys=False))
     return load_config(path, environ={})
