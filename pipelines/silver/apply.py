@@ -329,7 +329,7 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
                                       floor if floor_moved else None, expire, bounds)).collect()
     if every is not None:
         history_tables.apply(run, table, shape, every, before.position, final, old_key,
-                             replace_tables)
+                             toast, replace_tables)
     run.maintenance.register(run.spark, schema, name, silver)
     if plan.new or plan.widen:
         log.info("silver %s: added columns %s, widened %s", shape.qualified_name,

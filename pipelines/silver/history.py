@@ -233,10 +233,12 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
 
 
 def history_merge_sql(target: str, source: str, keys: Sequence[str],
-                      columns: Sequence[str], key_range: str | None = None) -> str:
+                      columns: Sequence[str], key_range: str | None = None,
+                      insert: bool = True) -> str:
     """MERGE of a batch's versions (`columns`: every column of the history table) on
-    (key, _valid_from): a version the batch changed is updated, a new one inserted, and
-    one already as the batch would leave it (a re-run) is left alone."""
+    (key, _valid_from): a version the batch changed is updated, a new one inserted
+    (unless not `insert`), and one already as the batch would leave it (a re-run) is
+    left alone."""
     on = " AND ".join([f"t.{quote(k)} = s.{quote(k)}" for k in keys]
                       + [f"t.{VALID_FROM} = s.{VALID_FROM}"] + ([key_range] if key_range else []))
     differs = (f"(t.{LSN} <> s.{LSN} OR t.{CHANGE_INDEX} <> s.{CHANGE_INDEX} "
@@ -245,9 +247,11 @@ def history_merge_sql(target: str, source: str, keys: Sequence[str],
                         and n != VALID_FROM)
     names = ", ".join(quote(n) for n in columns)
     values = ", ".join(f"s.{quote(n)}" for n in columns)
-    return (f"MERGE INTO {target} t USING {source} s ON {on}\n"
-            f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates}\n"
-            f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
+    sql = (f"MERGE INTO {target} t USING {source} s ON {on}\n"
+           f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates}")
+    if insert:
+        sql += f"\nWHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
+    return sql
 
 
 def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> str:

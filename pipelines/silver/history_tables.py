@@ -14,13 +14,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.catalog import TableRef, staged
+from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
 from pipelines.silver.events import col
 from pipelines.silver.evolution import plan_schema
 from pipelines.silver.history import (
-    HISTORY_COLUMNS, closing_merge_sql, fill_from_base, history_merge_sql,
-    history_schema, history_versions, open_at)
+    HISTORY_COLUMNS, POSITION_TYPE, VALID_FROM, closing_merge_sql, fill_from_base, history_merge_sql,
+    history_schema, history_versions, open_at, position_number)
 from pipelines.silver.merge import key_range
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import TableShape
@@ -36,9 +36,10 @@ SOURCE_VIEW = "_lakehouse_history_versions"
 
 def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: DataFrame,
           after: Position, silver_schema: StructType, old_key: Sequence[Column],
-          replace_table: bool) -> None:
+          unchanged: Sequence[str] | None, replace_table: bool) -> None:
     """Write the versions the batch `every` (all its typed, filled events, after
-    `after`) opens, updates or closes, and close what its truncates close."""
+    `after`) opens, updates or closes, and close what its truncates close.
+    unchanged: the only columns an event may have left unchanged (None: any)."""
     from pipelines.silver.apply import create_table, evolve
 
     schema, name = table.name.split(".", 1)
@@ -68,15 +69,28 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
     bounds = key_range(events, keys)  # every version the batch writes is of these keys
     base = _base(run, target, events, keys, after, bounds) if exists else \
         run.spark.createDataFrame([], wanted)
-    filled = fill_from_base(events, base, keys, columns, old_key if table.moved else ())
+    fill = [c for c in columns if unchanged is None or c in unchanged]
+    filled = fill_from_base(events, base, keys, fill, old_key if table.moved else ())
     versions = staged(run.spark, history_versions(filled, base, keys, columns,
                                                   tracked_columns(run, table, shape,
                                                                   columns),
                                                   table.closings),
                       run.lake.history_versions_staging(schema, name))
-    versions.select(*wanted.names).createOrReplaceTempView(SOURCE_VIEW)
-    run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, wanted.names,
-                                    bounds)).collect()
+    order = run.read(target).columns  # evolved tables hold new columns last
+    started = F.col(VALID_FROM) <= F.lit(position_number(after)).cast(POSITION_TYPE)
+    if exists and _written_before(run, target, after):  # a re-run of this batch
+        versions.select(*order).createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, order,
+                                        bounds)).collect()
+        return
+    # The versions that started before the batch are in the table: update them. The
+    # others are new: append them, which costs far less than matching them.
+    if exists:
+        versions.filter(started).select(*order).createOrReplaceTempView(SOURCE_VIEW)
+        run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, order, bounds,
+                                        insert=False)).collect()
+    save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
+               target)
 
 
 def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
@@ -91,6 +105,14 @@ def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
                         f"{', '.join(unknown)} in the table (its columns: "
                         f"{', '.join([*keys, *columns])})")
     return [c for c in tracked if c in columns]
+
+
+def _written_before(run: "SilverContext", target: TableRef, after: Position) -> bool:
+    """Whether the table holds a version that started after `after`: this batch was
+    written before (its run stopped before recording its progress). File statistics
+    answer it without reading the other files."""
+    later = F.col(VALID_FROM) > F.lit(position_number(after)).cast(POSITION_TYPE)
+    return bool(run.read(target).filter(later).select(VALID_FROM).limit(1).collect())
 
 
 def _base(run: "SilverContext", target: TableRef, events: DataFrame, keys: Sequence[str],

@@ -106,3 +106,27 @@ def test_a_tracked_column_the_table_lacks_stops_the_table_before_any_write(spark
     report = run_silver(config, spark)
     assert "silver.history_columns of public.items: no column nope" in report.failed[0].error
     assert not (lake.root / "silver/public/items").exists()
+
+
+def test_a_crash_before_the_progress_commit_rewrites_the_same_versions(spark, lake, config,
+                                                                       monkeypatch):
+    from pipelines.silver import job
+
+    every_kind_of_change(lake)
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.delete(30, 0, id=1), ITEMS.update(31, 0, id=2, name="b3",
+                                                                 unchanged=["doc"]),
+                         ITEMS.insert(31, 1, id=7, name="g", doc="G")])
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed before the progress commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "write_progress", crash)
+        with pytest.raises(RuntimeError):
+            run_silver(config, spark)
+    written = versions(spark, lake.root)
+    assert (2, "b3", "D2b", p(31), None, True, "update") in written
+    run_silver(config, spark)  # the same batch again: it finds its versions written
+    assert versions(spark, lake.root) == written
+    assert len([v for v in written if v[0] == 7]) == 1
