@@ -118,13 +118,10 @@ class Lake:
         """A silver run's typed batch (Parquet, overwritten by the next run)."""
         return self.state("silver_staging", schema, table)
 
-    def history_staging(self, schema: str, table: str) -> "TableLocation":
-        """A silver run's typed events, all of them, for the history table (Parquet)."""
-        return self.state("silver_staging_history", schema, table)
-
-    def history_versions_staging(self, schema: str, table: str) -> "TableLocation":
-        """The versions a silver run writes to the history table (Parquet)."""
-        return self.state("silver_staging_versions", schema, table)
+    def history_staging(self, schema: str, table: str, part: str) -> "TableLocation":
+        """What a silver run stages for a history table (Parquet, overwritten by the next
+        run): its events (all of them), the open versions they continue, the versions."""
+        return self.state("silver_staging_history", schema, table, part)
 
     def children(self, *parts: str) -> list[str]:
         """Names of the directories (prefixes) right under root/part/..., sorted."""

@@ -374,8 +374,8 @@ def _staged(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFram
 def _staged_every(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
     """Materialize every typed event of the batch (history's input; overwritten by the
     next run). Old keys stay: a moved row's history continues its old key's."""
-    return staged(run.spark, frame.drop(XID), run.lake.history_staging(shape.schema,
-                                                                       shape.table))
+    return staged(run.spark, frame.drop(XID),
+                  run.lake.history_staging(shape.schema, shape.table, "events"))
 
 
 def create_table(run: SilverContext, table: TableRef, schema: StructType,

@@ -67,7 +67,10 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                             for n in [*keys, *columns]),
                           *(c for c in every.columns if c not in {*keys, *columns}))
     bounds = key_range(events, keys)  # every version the batch writes is of these keys
-    base = _base(run, target, events, keys, after, bounds) if exists else \
+    # Staged: the TOAST fill and the versions both read it, and it is small (the open
+    # versions of the batch's keys) where the table is large.
+    base = staged(run.spark, _base(run, target, events, keys, after, bounds),
+                  run.lake.history_staging(schema, name, "base")) if exists else \
         run.spark.createDataFrame([], wanted)
     fill = [c for c in columns if unchanged is None or c in unchanged]
     filled = fill_from_base(events, base, keys, fill, old_key if table.moved else ())
@@ -75,7 +78,7 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                                                   tracked_columns(run, table, shape,
                                                                   columns),
                                                   table.closings),
-                      run.lake.history_versions_staging(schema, name))
+                      run.lake.history_staging(schema, name, "versions"))
     order = run.read(target).columns  # evolved tables hold new columns last
     started = F.col(VALID_FROM) <= F.lit(position_number(after)).cast(POSITION_TYPE)
     if exists and _written_before(run, target, after):  # a re-run of this batch
