@@ -61,6 +61,14 @@ def position_number(position: Position) -> int:
     return lsn * 10 ** INDEX_DIGITS + index
 
 
+def position_literal(position: "Position | int") -> Column:
+    """A position (or history's number for one) as a literal: from its digits, since
+    the number outgrows a 64-bit integer once the LSN passes 2^63 / 10^10 (~922 MB
+    of WAL)."""
+    number = position if isinstance(position, int) else position_number(position)
+    return F.lit(str(number)).cast(POSITION_TYPE)
+
+
 def position_column(lsn: Column, change_index: Column) -> Column:
     """The same number in the engine, built from digits: no decimal arithmetic, which
     the engines round and overflow differently (docs/architecture.md, rule 5)."""
@@ -75,7 +83,7 @@ def history_schema(silver_fields: Sequence[StructField]) -> StructType:
 
 
 def _literal(number: int) -> str:
-    return f"CAST({number} AS DECIMAL(38,0))"
+    return f"CAST('{number}' AS DECIMAL(38,0))"  # text: no integer type holds it
 
 
 def open_at(position: Position) -> str:
@@ -120,7 +128,7 @@ def _killed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple
     for closing in sorted(closings, key=lambda c: c.at):
         hit = (_before(lsn, index, closing.at, inclusive=False)
                & _before(lsn, index, closing.floor, inclusive=True))
-        at = F.struct(F.lit(position_number(closing.at)).cast(POSITION_TYPE).alias("p"),
+        at = F.struct(position_literal(closing.at).alias("p"),
                       F.lit(closing.at_micros).cast(LongType()).alias("t"))
         found = F.when(hit, at) if found is None else found.when(hit, at)
     if found is None:
@@ -285,7 +293,7 @@ def as_of(history: DataFrame, at: "datetime | Position | int") -> DataFrame:
         open_then = (F.col(VALID_FROM_TS) <= when) & (
             F.col(VALID_TO).isNull() | (F.col(VALID_TO_TS) > when))
     else:
-        number = F.lit(position_number(at) if isinstance(at, tuple) else at).cast(POSITION_TYPE)
+        number = position_literal(at)
         open_then = (F.col(VALID_FROM) <= number) & (
             F.col(VALID_TO).isNull() | (F.col(VALID_TO) > number))
     return history.filter(open_then).drop(*HISTORY_COLUMNS)

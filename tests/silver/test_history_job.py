@@ -130,3 +130,25 @@ def test_a_crash_before_the_progress_commit_rewrites_the_same_versions(spark, la
     run_silver(config, spark)  # the same batch again: it finds its versions written
     assert versions(spark, lake.root) == written
     assert len([v for v in written if v[0] == 7]) == 1
+
+
+def test_positions_past_a_64_bit_number_of_digits(spark, lake, config):
+    """LSNs past 922,337,203 (about 880 MB of WAL) make positions wider than 64 bits."""
+    from pipelines.silver.history import as_of
+
+    big = 5_000_000_000
+    lake.append_changes([ITEMS.insert(big, 0, id=1, name="a", doc="x"),
+                         ITEMS.insert(big, 1, id=2, name="b", doc="y")])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.update(big + 1, 0, id=1, name="a2", unchanged=["doc"]),
+                         ITEMS.truncate(big + 2, 0),
+                         ITEMS.insert(big + 3, 0, id=3, name="c", doc="z")])
+    run_silver(config, spark)
+    assert versions(spark, lake.root) == [
+        (1, "a", "x", p(big), p(big + 1), False, "insert"),
+        (1, "a2", "x", p(big + 1), p(big + 2), False, "update"),
+        (2, "b", "y", p(big, 1), p(big + 2), False, "insert"),
+        (3, "c", "z", p(big + 3), None, True, "insert")]
+    history = spark.read.format("delta").load(str(lake.root / "silver_history/public/items"))
+    assert sorted(r.id for r in as_of(history, (big + 1, 0)).collect()) == [1, 2]
+    assert [r.id for r in as_of(history, p(big + 3)).collect()] == [3]
