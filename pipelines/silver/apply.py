@@ -245,6 +245,8 @@ def apply_table(run: SilverContext, table: TableScan, before: TableProgress, upt
         if floor_moved:
             for target in (silver, marks):
                 _truncate(run, target, floor)
+            if run.keeps_history(table.name):
+                history_tables.close(run, table)
         return Applied(floor)
     keys = list(shape.key_columns)
 

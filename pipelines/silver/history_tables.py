@@ -56,9 +56,8 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
         log.info("silver %s: history table created at %s", table.name, target)
     run.maintenance.prepare(run.spark, target, keys)
 
-    if table.closings and exists:
-        run.spark.createDataFrame([], wanted).createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(closing_merge_sql(target.sql, SOURCE_VIEW, table.closings)).collect()
+    if exists:
+        close(run, table)
 
     columns = [f.name for f in wanted.fields if f.name not in HISTORY_COLUMNS
                and f.name not in keys]
@@ -94,6 +93,16 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                                         insert=False)).collect()
     save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
                target)
+
+
+def close(run: "SilverContext", table: TableScan) -> None:
+    """Close the current versions the batch's truncates and resync ends close (also in
+    a batch with no row of the table: a bare truncate, a resync that found nothing)."""
+    target = run.names.history(*table.name.split(".", 1))
+    if not table.closings or not run.exists(target):
+        return
+    run.read(target).limit(0).createOrReplaceTempView(SOURCE_VIEW)
+    run.spark.sql(closing_merge_sql(target.sql, SOURCE_VIEW, table.closings)).collect()
 
 
 def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,

@@ -152,3 +152,11 @@ def test_positions_past_a_64_bit_number_of_digits(spark, lake, config):
     history = spark.read.format("delta").load(str(lake.root / "silver_history/public/items"))
     assert sorted(r.id for r in as_of(history, (big + 1, 0)).collect()) == [1, 2]
     assert [r.id for r in as_of(history, p(big + 3)).collect()] == [3]
+
+
+def test_a_batch_of_only_a_truncate_closes_the_current_versions(spark, lake, config):
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a", doc="x")])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.truncate(11, 0)])  # no row of the table: no shape
+    run_silver(config, spark)
+    assert versions(spark, lake.root) == [(1, "a", "x", p(10), p(11), False, "insert")]
