@@ -217,7 +217,9 @@ def entry() -> None:
     in the driver's Python process, which is not ours to end: a plain exit there.
     """
     code = main()
-    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+    if "DATABRICKS_RUNTIME_VERSION" in os.environ or code == BROKEN_PIPE_EXIT:
+        # After a reader left early, running the exit handlers from here hangs (the
+        # engine's result stream is still open); the interpreter's own shutdown does not.
         sys.exit(code)
     atexit._run_exitfuncs()
     logging.shutdown()
