@@ -21,18 +21,21 @@ from tests.backfill.stream import chunk_windows, peek_events
 pytestmark = pytest.mark.pg_versions
 
 ROWS = 2000
+# The kill test's table: more chunks than a fast machine reads in its three killed runs
+KILLED_ROWS = 10_000
 CHUNK = 20
-DDL = f"""
+TEMPLATE = """
 CREATE TABLE readings (sensor text, at int, value numeric, PRIMARY KEY (sensor, at));
-INSERT INTO readings SELECT 's' || (i % 7), i, i * 1.5 FROM generate_series(1, {ROWS}) i;
+INSERT INTO readings SELECT 's' || (i % 7), i, i * 1.5 FROM generate_series(1, {rows}) i;
 """
 # The same rows under a one-column key in scattered heap order, analyzed: read by range
-BY_RANGE_DDL = f"""
+BY_RANGE_TEMPLATE = """
 CREATE TABLE readings (sensor text, at int PRIMARY KEY, value numeric);
-INSERT INTO readings SELECT 's' || (i % 7), i, i * 1.5 FROM generate_series(1, {ROWS}) i
+INSERT INTO readings SELECT 's' || (i % 7), i, i * 1.5 FROM generate_series(1, {rows}) i
 ORDER BY md5(i::text);
 ANALYZE readings;
 """
+DDL = TEMPLATE.format(rows=ROWS)
 
 
 def chunks_done(config) -> int:
@@ -40,17 +43,17 @@ def chunks_done(config) -> int:
     return found[0].chunks_done if found else 0
 
 
-@pytest.mark.parametrize("ddl, key", [(DDL, "sensor, at"), (BY_RANGE_DDL, "at")],
+@pytest.mark.parametrize("template, key", [(TEMPLATE, "sensor, at"), (BY_RANGE_TEMPLATE, "at")],
                          ids=["key-order", "by-range"])
 def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, lake, tmp_path,
-                                                                   ddl, key):
-    setup_source(source_dsn, ddl, ["public.readings"])
+                                                                   template, key):
+    setup_source(source_dsn, template.format(rows=KILLED_ROWS), ["public.readings"])
     config = make_config(source_dsn, lake, ["public.readings"])
     config_file = write_config_file(config, tmp_path / "lakehouse.yml")
     argv = [sys.executable, "-m", "pipelines.cli", "--config", str(config_file), "-q",
             "backfill", "--chunk-size", str(CHUNK)]
 
-    cursors_at_kill = []
+    cursors_at_kill, reserved_at_kill = [], []
     for pause in (0.0, 0.15, 0.3):
         before = chunks_done(config)
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -65,6 +68,7 @@ def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, l
         state = states(config)[0]
         assert state.status == "running"
         cursors_at_kill.append(state.cursor)
+        reserved_at_kill.append(state.chunk_ids_reserved)
     kills = len(cursors_at_kill)
 
     final = cli(config_file, "backfill", "--chunk-size", str(CHUNK))
@@ -74,17 +78,19 @@ def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, l
 
     state = states(config)[0]
     assert len(states(config)) == 1  # resumed, never restarted
-    assert state.status == "done" and state.rows_done == ROWS
+    assert state.status == "done" and state.rows_done == KILLED_ROWS
     assert state.finished_at is not None
 
-    # Chunk ids never repeat: each id has one low watermark; each run started past the
-    # block of ids the killed run had reserved.
+    # Chunk ids never repeat: each id has one low watermark; each run started at the
+    # block past the ids the killed run had reserved, and reserved no more than it used.
     events = peek_events(source_dsn)
     lows = Counter(e.watermark.chunk_id for e in events
                    if e.kind == "watermark" and e.watermark.kind == "low")
     assert set(lows.values()) == {1}
-    assert {chunk // 100 for chunk in lows} == set(range(kills + 1))  # an id block per run
-    assert state.chunk_ids_reserved == (kills + 1) * 100
+    starts = [0, *reserved_at_kill]
+    assert all(start % 100 == 0 for start in starts) and starts == sorted(set(starts))
+    assert set(starts) <= set(lows)  # every run began with the first id of its own block
+    assert state.chunk_ids_reserved == (max(lows) // 100 + 1) * 100
 
     # Each resumed run's first chunk starts right after the cursor persisted before the
     # kill; the chunks read after that persisted cursor were read again (new ids).
@@ -92,9 +98,8 @@ def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, l
     # CURSOR_SAVE_SECONDS), never the whole table again: that the resumed runs start at
     # the cursor is asserted exactly below.
     rows = snapshot_rows(config)
-    assert ROWS < len(rows) < (kills + 1) * ROWS
-    for run, cursor in enumerate(cursors_at_kill, start=1):
-        first_chunk = min(c for c in lows if c // 100 == run)
+    assert KILLED_ROWS < len(rows) < (kills + 1) * KILLED_ROWS
+    for first_chunk, cursor in zip(reserved_at_kill, cursors_at_kill):
         read = {tuple(r["values"][:2]) for r in rows if r["chunk_id"] == first_chunk}
         after = ", ".join(f"'{value}'" for value in cursor)
         successors = select_text(source_dsn, f"SELECT sensor, at FROM readings WHERE ({key}) "
