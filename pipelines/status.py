@@ -67,7 +67,8 @@ class LakeStatus:
     bronze_commit_at: datetime | None = None  # last Delta commit of bronze/changes
     bronze_newest_change_at: datetime | None = None  # newest source commit landed
     bronze_confirmable_lsn: str | None = None  # end of the last whole transaction landed
-    silver: dict[str, dict] = field(default_factory=dict)  # table -> position, run, error
+    silver: dict[str, dict] = field(default_factory=dict)  # table -> position, run, error,
+    # and when its history table was last written (None: it keeps none in the lake)
     gold: dict[str, Refresh] = field(default_factory=dict)  # report -> its last refresh
 
 
@@ -82,7 +83,8 @@ def lake_status(config: Config) -> LakeStatus:
                              Registry(lake).current(config.source.slot))
     silver = {row["table_name"]: {
         "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
-        "last_run_at": row["updated_at"], "error": row["error"]}
+        "last_run_at": row["updated_at"], "error": row["error"],
+        "history_written_at": history_written_at(lake, row["table_name"])}
         for row in silver_progress_rows(lake)}
     return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver,
                       read_refreshes(lake))
@@ -94,6 +96,12 @@ def silver_progress_rows(lake: Lake) -> list[dict]:
     if not where.exists():
         return []
     return [row for row in read_delta(where).to_pylist() if row["table_name"] != "*"]
+
+
+def history_written_at(lake: Lake, table: str) -> datetime | None:
+    """When the table's history table in the lake was last written; None without one."""
+    history = lake.silver_history(*table.split(".", 1))
+    return commit_time(history.open()) if history.exists() else None
 
 
 def commit_time(table: DeltaTable) -> datetime:
@@ -151,8 +159,10 @@ def status_lines(config: Config, slot: SlotStatus | None, source_error: Exceptio
                      f"transactions up to {lake.bronze_confirmable_lsn}{newest}")
     for table, info in sorted(lake.silver.items()):
         state = f"error: {info['error']}" if info["error"] else "ok"
+        history = (f", history written {_ago(now, info['history_written_at'])} ago"
+                   if info["history_written_at"] else "")
         lines.append(f"silver {table}: applied up to {info['lsn']}, last run "
-                     f"{_ago(now, info['last_run_at'])} ago, {state}")
+                     f"{_ago(now, info['last_run_at'])} ago{history}, {state}")
     lines += [backfill_line(b) for b in backfills]
     lines += [f"resync {table}: scheduled by `lakehouse recover`, not started: run "
               "`lakehouse backfill`" for table in resyncs]

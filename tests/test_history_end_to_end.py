@@ -29,6 +29,7 @@ from pipelines.silver.history import (
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
+from pipelines.status import lake_status, status_lines
 from pipelines.verify import Scratch, differences, source_snapshot
 from tests.verbs import seeded
 
@@ -158,3 +159,10 @@ def test_history_as_of_a_snapshot_mid_way_is_that_snapshot(pipeline, spark, tmp_
         assert history.filter(F.col(VALID_FROM) > position).count() > 0, table
     assert [t for t in DEMO_TABLES if t not in HISTORY  # the others keep none
             and lake.silver_history(*t.split(".")).exists()] == []
+
+    status = lake_status(config)  # what `lakehouse status` says of them
+    assert {t for t, info in status.silver.items() if info["history_written_at"]} == \
+        set(HISTORY)
+    lines = status_lines(config, None, OSError("not asked"), status, [])
+    assert [line.split(":")[0] for line in lines if "history written" in line] == \
+        [f"silver {table}" for table in sorted(HISTORY)]
