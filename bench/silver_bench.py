@@ -583,7 +583,7 @@ def same_rows(table: Path, other: Path) -> bool:
 
 
 STEPS = {  # request label prefix -> column of the breakdown
-    "scan.": "scan", "apply._staged": "stage", "types.failures_of": "check",
+    "scan.": "scan", "catalog.staged": "stage", "types.failures_of": "check",
     "MERGE INTO silver": "merge", "MERGE INTO tombstones": "tombstones",
 }
 
@@ -808,7 +808,7 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
         rows.append(row)
     print("\n" + table(rows))
     print("\nPer run: stage: bronze -> events -> TOAST fill -> latest per key -> typed, stale "
-          "events marked, written to the staging Parquet (apply._staged); merge: the MERGE "
+          "events marked, written to the staging Parquet (catalog.staged); merge: the MERGE "
           "INTO the silver table; other: scan, type check, tombstone MERGE, progress, "
           "catalog. Sail MERGE alone: the same MERGE statement of delta-rs's source rows "
           "(x: its ratio to delta-rs). equal: each engine's table against the first's. "
