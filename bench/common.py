@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,26 @@ class Run:
     seconds: float
     peak_rss_mb: float
     returncode: int
+
+
+@contextmanager
+def work_and_results(work: Path | None, prefix: str,
+                     json_path: Path | None) -> Iterator[tuple[Path, list[dict], list[dict]]]:
+    """A benchmark's work directory (a temporary one, removed at the end, unless given)
+    and its lists of builds and results, written to `json_path` even when a case fails:
+    what was measured before it is kept."""
+    directory = work or Path(tempfile.mkdtemp(prefix=prefix))
+    directory.mkdir(parents=True, exist_ok=True)
+    builds: list[dict] = []
+    results: list[dict] = []
+    try:
+        yield directory, builds, results
+    finally:
+        if json_path:
+            json_path.write_text(json.dumps({"builds": builds, "results": results},
+                                            default=str, indent=1))
+        if work is None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextmanager

@@ -49,7 +49,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from functools import partial
@@ -58,7 +57,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import table, timed
+from bench.common import table, timed, work_and_results
 from bench.silver_bench import (
     INGEST_COMMIT_ROWS, INITIAL_COMMIT_ROWS, SILVER_SCHEMA,
     Requests, append_bronze, build_base, batch_rows, bench_config, build_direct as silver_build_direct,
@@ -276,10 +275,7 @@ def main() -> None:
     if args.pairs < 1 or min(args.changes + args.rows) < 1:
         parser.error("--pairs, --changes and --rows must be positive")
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="history-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    builds, results = [], []
-    try:
+    with work_and_results(args.work, "history-bench-", args.json) as (work, builds, results):
         for n in args.rows:
             base, build = build_base(work, n, args.initial, args.seed,
                                      partial(build_silver, work=work),
@@ -294,12 +290,6 @@ def main() -> None:
                 results += run_case(base, work, n, m, args.pairs, args.seed,
                                     not args.no_verify, args.toast_share, args.shape, before)
             shutil.rmtree(base, ignore_errors=True)
-    finally:
-        if args.json:
-            args.json.write_text(json.dumps({"builds": builds, "results": results},
-                                            default=str, indent=1))
-        if args.work is None:
-            shutil.rmtree(work, ignore_errors=True)
     report(builds, results)
 
 

@@ -51,7 +51,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Callable
 from datetime import datetime, timezone
@@ -62,7 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.common import table, timed
+from bench.common import table, timed, work_and_results
 from pipelines.bronze.schema import CHANGES_SCHEMA
 
 TABLE = "public.bench"
@@ -703,10 +702,7 @@ def main() -> None:
         return phase_progress(args.lake, *args.position)
 
     engines = [e for e in ENGINES if e in args.engines]
-    work = args.work or Path(tempfile.mkdtemp(prefix="silver-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    builds, results = [], []
-    try:
+    with work_and_results(args.work, "silver-bench-", args.json) as (work, builds, results):
         for n in args.table_rows:
             base, build = build_base(work, n, args.initial, args.seed)
             build.update(n=n, files=last_commit(silver_path(base))["files"])
@@ -733,12 +729,6 @@ def main() -> None:
                         print(f"      Spark steps: {step_summary(result['spark'])}",
                               flush=True)
             shutil.rmtree(base, ignore_errors=True)
-    finally:
-        if args.json:
-            args.json.write_text(json.dumps({"builds": builds, "results": results},
-                                            default=str, indent=1))
-        if args.work is None:
-            shutil.rmtree(work, ignore_errors=True)
     report(builds, results, engines)
 
 

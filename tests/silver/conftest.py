@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import pytest
 from bronze_builder import BronzeLake, make_config
 
 from pipelines.config import Config
+from pipelines.silver import job
 
 
 @pytest.fixture
@@ -18,3 +21,19 @@ def lake(tmp_path: Path) -> BronzeLake:
 @pytest.fixture
 def config(lake: BronzeLake) -> Config:
     return make_config(lake.root)
+
+
+@pytest.fixture
+def crash_before_progress(monkeypatch) -> Callable[[], ContextManager[None]]:
+    """`with crash_before_progress(): run_silver(...)`: the run dies after its MERGE
+    statements, just before it records its progress (a kill at the worst moment)."""
+    @contextmanager
+    def crashing():
+        def crash(*args, **kwargs):
+            raise RuntimeError("killed before the progress commit")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(job, "write_progress", crash)
+            with pytest.raises(RuntimeError, match="killed before the progress commit"):
+                yield
+    return crashing

@@ -109,22 +109,14 @@ def test_a_tracked_column_the_table_lacks_stops_the_table_before_any_write(spark
 
 
 def test_a_crash_before_the_progress_commit_rewrites_the_same_versions(spark, lake, config,
-                                                                       monkeypatch):
-    from pipelines.silver import job
-
+                                                                       crash_before_progress):
     every_kind_of_change(lake)
     run_silver(config, spark)
     lake.append_changes([ITEMS.delete(30, 0, id=1), ITEMS.update(31, 0, id=2, name="b3",
                                                                  unchanged=["doc"]),
                          ITEMS.insert(31, 1, id=7, name="g", doc="G")])
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("killed before the progress commit")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(job, "write_progress", crash)
-        with pytest.raises(RuntimeError):
-            run_silver(config, spark)
+    with crash_before_progress():
+        run_silver(config, spark)
     written = versions(spark, lake.root)
     assert (2, "b3", "D2b", p(31), None, True, "update") in written
     run_silver(config, spark)  # the same batch again: it finds its versions written

@@ -7,7 +7,6 @@ import pytest
 from bronze_builder import Table, make_config
 from deltalake import DeltaTable
 
-from pipelines.silver import job as job_module
 from pipelines.silver.apply import tombstones_path
 from pipelines.silver.job import run_silver
 
@@ -100,18 +99,14 @@ def test_replaying_all_of_bronze_over_silver_changes_nothing(spark, lake, config
     assert items(spark, lake.root, with_meta=True) == expected
 
 
-def test_a_crash_between_merge_and_progress_is_harmless(spark, lake, config, monkeypatch):
+def test_a_crash_between_merge_and_progress_is_harmless(spark, lake, config,
+                                                       crash_before_progress):
     history(lake)
     run_silver(config, spark)
     lake.append_changes([ITEMS.delete(30, 0, id=1), ITEMS.update(31, 0, id=2, name="b3",
                                                                  unchanged=["doc"])])
-    def crash(*args, **kwargs):
-        raise RuntimeError("killed before the progress commit")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(job_module, "write_progress", crash)
-        with pytest.raises(RuntimeError):
-            run_silver(config, spark)
+    with crash_before_progress():
+        run_silver(config, spark)
     expected = [(2, "b3", "D2b"), (30, "c", "D3"), (100, "old", "P100"), (101, "new", "P101")]
     assert items(spark, lake.root) == expected  # merged, but progress not recorded
     merged = items(spark, lake.root, with_meta=True)
