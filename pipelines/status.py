@@ -84,7 +84,7 @@ def lake_status(config: Config) -> LakeStatus:
     silver = {row["table_name"]: {
         "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
         "last_run_at": row["updated_at"], "error": row["error"],
-        "history_written_at": history_written_at(lake, row["table_name"])}
+        "history_written_at": history_written_at(config, lake, row["table_name"])}
         for row in silver_progress_rows(lake)}
     return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver,
                       read_refreshes(lake))
@@ -98,8 +98,12 @@ def silver_progress_rows(lake: Lake) -> list[dict]:
     return [row for row in read_delta(where).to_pylist() if row["table_name"] != "*"]
 
 
-def history_written_at(lake: Lake, table: str) -> datetime | None:
-    """When the table's history table in the lake was last written; None without one."""
+def history_written_at(config: Config, lake: Lake, table: str) -> datetime | None:
+    """When the table's history table in the lake was last written; None without one.
+    Only the tables silver.history names are looked for: on an object store each look
+    is a request."""
+    if not config.silver.keeps_history(table):
+        return None
     history = lake.silver_history(*table.split(".", 1))
     return commit_time(history.open()) if history.exists() else None
 
