@@ -21,6 +21,7 @@ import pytest
 
 from pipelines.embedded_pg import DEFAULT_VERSION, EmbeddedPostgres, bin_dir, free_port
 from tests.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
+from tests.slots import drop_slot
 from tests.object_stores import StoreServer, start_azurite, start_minio
 
 ENGINES = ("sail", "spark")
@@ -109,10 +110,10 @@ def fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield server.dsn(name)
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                     "WHERE database = %s AND active_pid IS NOT NULL", (name,))
-        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                     "WHERE database = %s", (name,))
+        slots = conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
+                             (name,)).fetchall()
+        for (slot,) in slots:  # a slot left behind is in the way of every later test
+            drop_slot(server.dsn(), slot)  # also while its walsender is still exiting
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
