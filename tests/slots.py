@@ -1,4 +1,5 @@
-"""Ways a replication slot gets lost, for the tests that recover from it."""
+"""Replication slots dropped or invalidated on purpose: for the tests that recover from a
+lost slot, and for each test database's teardown (tests/conftest.py)."""
 
 from __future__ import annotations
 
