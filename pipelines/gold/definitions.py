@@ -6,10 +6,11 @@ and other reports by the names analysts use (`lakehouse_silver.users`,
 section, as in `lakehouse sql` and on Databricks less the catalog). Everything here is
 checked without a Spark session, so a bad file is exit 2 naming it before any work.
 
-The SQL is parsed with sqlglot (Spark dialect) only to find the tables it names; the
-engine runs the user's own text, with each of those names replaced in place by the view
-that `run` registers for it (`rewritten`). sqlglot is never asked to regenerate a query,
-so a difference between its dialect and the engine cannot change what a report means.
+The SQL is parsed with sqlglot (Spark dialect) only to find the tables it names
+(pipelines.gold.names); the engine runs the user's own text, with each of those names
+replaced in place by the view that `run` registers for it (`rewritten`). sqlglot is never
+asked to regenerate a query, so a difference between its dialect and the engine cannot
+change what a report means.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlglot import exp
 
 from pipelines.errors import ConfigError
 from pipelines.gold.grouping import GROUP_TYPES, Grouping, trace_grouping
+from pipelines.gold.names import TableName, table_names
 
 if TYPE_CHECKING:
     from pipelines.config import Config
@@ -36,26 +38,6 @@ _HEADER_LINE = re.compile(r"--\s*([a-z][a-z ]*?)\s*:(?:\s+(.*?))?\s*\Z")
 _REPORT_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _COLUMN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s+(\S.*)\Z", re.S)
 _ORDER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s+(asc|desc))?\Z", re.I)
-_WRITES = (exp.Insert, exp.Create, exp.Drop, exp.Merge, exp.Update, exp.Delete, exp.Command)
-
-
-@dataclass(frozen=True)
-class TableName:
-    """A table a report reads, as written in its SQL: `lakehouse_silver.users`."""
-
-    kind: str  # "silver" or "gold"
-    schema: str  # lower case
-    name: str  # lower case
-    start: int  # its span in the report's SQL, end exclusive
-    end: int
-    aliased: bool  # the SQL gives it an alias (else the view is aliased to its own name)
-
-    @property
-    def parts(self) -> tuple[str, str]:
-        return self.schema, self.name
-
-    def __str__(self) -> str:
-        return f"{self.schema}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +155,7 @@ def parse_report(path: Path, silver_schema: str, gold_schema: str) -> Report:
     # the header's lines stay as blank lines, so line numbers (sqlglot's, the engine's)
     # are the file's
     sql = "\n" * text[:body_at].count("\n") + _strip_final_semicolon(text[body_at:])
-    tables = _table_names(sql, path, silver_schema, gold_schema)
+    tables = table_names(sql, path, silver_schema, gold_schema)
     incremental = header.pop("incremental", None)
     if incremental is not None:
         header["incremental"] = trace_grouping(incremental, sql, tables, path)
@@ -279,48 +261,3 @@ def _display_order(text: str, path: Path) -> tuple[str, ...]:
 def _strip_final_semicolon(sql: str) -> str:
     sql = sql.rstrip()
     return sql[:-1].rstrip() if sql.endswith(";") else sql
-
-
-def _table_names(sql: str, path: Path, silver_schema: str,
-                 gold_schema: str) -> tuple[TableName, ...]:
-    """The silver and gold tables `sql` names, with their spans; ConfigError for anything
-    else than one query over such names."""
-    try:
-        statements = [s for s in sqlglot.parse(sql, dialect="spark") if s is not None]
-    except sqlglot.errors.ParseError as exc:
-        error = exc.errors[0] if exc.errors else {}
-        where = f":{error['line']}" if error.get("line") else ""
-        raise ConfigError(f"gold report {path}{where}: the SQL does not parse: "
-                          f"{error.get('description', exc)}") from exc
-    if len(statements) != 1:
-        raise ConfigError(f"gold report {path}: expected one SELECT query, got "
-                          f"{len(statements)} statements")
-    if not isinstance(statements[0], exp.Query) or any(statements[0].find_all(*_WRITES)):
-        raise ConfigError(f"gold report {path}: expected one SELECT query, got "
-                          f"{type(statements[0]).__name__.upper()}")
-    query = statements[0]
-    ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
-    kinds = {silver_schema.lower(): "silver", gold_schema.lower(): "gold"}
-    tables = []
-    for table in query.find_all(exp.Table):
-        line = table.this.meta.get("line", "?") if table.this else "?"
-        where = f"gold report {path}:{line}"
-        schema, name = table.db.lower(), table.name.lower()
-        if not schema:
-            if name in ctes or not name:
-                continue
-            raise ConfigError(f"{where}: table {table.name!r} has no schema: write "
-                              f"{silver_schema}.{table.name} (silver) or {gold_schema}."
-                              f"{table.name} (a report)")
-        if table.catalog or schema not in kinds:
-            raise ConfigError(f"{where}: {table.sql(dialect='spark')} is neither a silver "
-                              f"table ({silver_schema}.<table>) nor a report "
-                              f"({gold_schema}.<report>); the catalog comes from the config")
-        start, end = table.args["db"].meta["start"], table.this.meta["end"] + 1
-        tables.append(TableName(kinds[schema], schema, name, start, end, bool(table.alias)))
-    for column in query.find_all(exp.Column):
-        if column.db:
-            raise ConfigError(f"gold report {path}: column {column.sql(dialect='spark')} "
-                              "names its table with the schema: give the table an alias "
-                              "and qualify the column with it")
-    return tuple(tables)

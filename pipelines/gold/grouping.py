@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.lineage import Node, lineage
 
 from pipelines.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pipelines.gold.definitions import TableName
+from pipelines.gold.names import TableName
 
 # Types whose values round-trip through a SQL literal exactly (CAST('<text>' AS <type>)),
 # whatever the session time zone: the refresh names the groups it replaces as literals.
@@ -46,7 +43,7 @@ class Grouping:
         return self.column
 
 
-def trace_grouping(column: str, sql: str, tables: tuple["TableName", ...],
+def trace_grouping(column: str, sql: str, tables: tuple[TableName, ...],
                    path: Path | str) -> Grouping:
     """The Grouping of report column `column`; ConfigError when it is not a row-level
     function of exactly one silver table that the report reads once."""
@@ -72,8 +69,8 @@ def trace_grouping(column: str, sql: str, tables: tuple["TableName", ...],
     return Grouping(column, table, expression.sql(dialect="spark"))
 
 
-def _leaf_tables(root: Node, tables: tuple["TableName", ...]) -> list["TableName"]:
-    by_name = {(t.schema, t.name): t for t in tables}
+def _leaf_tables(root: Node, tables: tuple[TableName, ...]) -> list[TableName]:
+    by_name = {t.parts: t for t in tables}
     found = []
     for node in root.walk():
         if isinstance(node.expression, exp.Table):
