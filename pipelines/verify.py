@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.backfill.catalog import table_shape
+from pipelines.backfill.source_tables import table_shape
 from pipelines.backfill.chunk import (
     FIRST_CHUNK_ROWS, chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
 from pipelines.bronze.schema import WATERMARK_PREFIX

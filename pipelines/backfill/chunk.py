@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import pq, sql
 
-from pipelines.backfill.catalog import SourceTable, shape_fingerprint, table_shape
+from pipelines.backfill.source_tables import SourceTable, shape_fingerprint, table_shape
 from pipelines.bronze.watermarks import Snapshot
 from pipelines.bronze.schema import SHAPE_LISTS, SNAPSHOTS_SCHEMA
 from pipelines.errors import DataError

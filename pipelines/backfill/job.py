@@ -26,12 +26,12 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from pipelines.backfill.bronze import SnapshotWriter
-from pipelines.backfill.catalog import estimated_rows, key_correlation, key_order, regclass
+from pipelines.backfill.source_tables import estimated_rows, key_correlation, key_order, regclass
 from pipelines.backfill.chunk import (
     FIRST_CHUNK_ROWS, RawChunk, ShapeCache, SnapshotBuilder, next_chunk_rows, read_chunk)
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
-from pipelines.backfill.watermark import emit_watermark
+from pipelines.backfill.emit_watermark import emit_watermark
 from pipelines.bronze.watermarks import Snapshot, Watermark
 from pipelines.config import SourceConfig
 from pipelines.errors import DataError, LakehouseError, SourceError

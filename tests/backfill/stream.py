@@ -109,7 +109,7 @@ class Window:
     high: Position
     high_xid: int
     low_xid: int
-    snapshot: object  # pipelines.backfill.watermark.Snapshot
+    snapshot: object  # pipelines.bronze.watermarks.Snapshot
 
     def covers(self, change: Event) -> bool:
         """Does the change make this chunk's row of its key stale (DBLog window)?"""

@@ -11,7 +11,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from pipelines.backfill.catalog import table_shape
+from pipelines.backfill.source_tables import table_shape
 from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, take_snapshot
 from pipelines.bronze.watermarks import Snapshot, Watermark, parse_watermark
 from pipelines.bronze.schema import WATERMARK_PREFIX
