@@ -34,7 +34,7 @@ from pipelines.config import SourceConfig, load_config
 from pipelines.embedded_pg import bin_dir
 from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
-from tests.object_stores import start_minio
+from tests.support.object_stores import start_minio
 
 TABLES = ["public.bench", "public.scratch"]
 ONE_TRANSACTION = ("INSERT INTO bench SELECT g, md5(g::text), g * 1.5, now() "

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 
 from pipelines.embedded_pg import DEFAULT_VERSION, EmbeddedPostgres, bin_dir, free_port
-from tests.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
-from tests.object_stores import StoreServer, start_azurite, start_minio
-from tests.slots import drop_slot
+from tests.support.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
+from tests.support.object_stores import StoreServer, start_azurite, start_minio
+from tests.support.slots import drop_slot
 
 ENGINES = ("sail", "spark")
 POSTGRES_VERSIONS = (15, 16, 18)

@@ -19,7 +19,7 @@ from pipelines.embedded_pg import free_port
 from pipelines.lake import read_delta
 from pipelines.source.setup import run_setup
 from pipelines.config import SourceConfig
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark
 

@@ -14,7 +14,7 @@ import yaml
 
 from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
-from tests.connect_servers import start_sail, start_spark_connect
+from tests.support.connect_servers import start_sail, start_spark_connect
 from tests.verbs import change_after_snapshot, lakehouse, seeded
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

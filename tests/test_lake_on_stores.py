@@ -17,7 +17,7 @@ import pipelines.lake as lake_module
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.ingest.bronze_writer import BronzeWriter, read_progress
 from pipelines.lake import Lake, read_delta, trim_log
-from tests.object_stores import StoreServer
+from tests.support.object_stores import StoreServer
 
 
 def lake_on(store: StoreServer) -> Lake:

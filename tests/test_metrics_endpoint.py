@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipelines.config import SourceConfig
 from pipelines.embedded_pg import free_port
 from pipelines.source.setup import run_setup
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # run and silver use the engine
 

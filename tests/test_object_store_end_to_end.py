@@ -21,9 +21,9 @@ from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
 from pipelines.lake import Lake, read_delta
 from pipelines.storage import SECRET_VARIABLES
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 from tests.ingest.conftest import reference_positions
-from tests.object_stores import StoreServer
+from tests.support.object_stores import StoreServer
 
 pytestmark = pytest.mark.postgres
 

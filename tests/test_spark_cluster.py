@@ -15,7 +15,7 @@ import yaml
 
 from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
-from tests.standalone import StandaloneCluster
+from tests.support.standalone import StandaloneCluster
 from tests.verbs import change_after_snapshot, lakehouse, seeded
 
 pytestmark = [pytest.mark.postgres, pytest.mark.classic]

@@ -26,7 +26,7 @@ from pipelines.lake import Lake, read_delta
 from pipelines.sql.command import query_text, run_query
 from pipelines.sql.output import csv_chunks, json_chunks, markdown_chunks, table_chunks
 from tests.conftest import fresh_database
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 from tests.verbs import change_after_snapshot, demo_lake, lakehouse
 
 COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]

@@ -12,7 +12,7 @@ import yaml
 
 from pipelines.lake import Lake, read_delta
 from tests.conftest import fresh_database
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 from tests.verbs import demo_lake, lakehouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

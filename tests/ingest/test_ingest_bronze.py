@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from tests.ingest.conftest import bronze, execute, ingest
-from tests.slots import drop_slot
+from tests.support.slots import drop_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 

@@ -20,7 +20,7 @@ from test_job import ITEMS, history, items
 from pipelines.lake import read_delta
 from pipelines.silver.apply import tombstones_path
 from pipelines.silver.job import run_silver
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = pytest.mark.spark
 

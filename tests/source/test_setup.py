@@ -5,7 +5,7 @@ from pipelines.config import SourceConfig
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
 from pipelines.errors import SourceError
 from pipelines.source.setup import run_setup
-from tests.slots import invalidate_slot
+from tests.support.slots import invalidate_slot
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipelines.embedded_pg import free_port
 from pipelines.engine import CLASSIC_CONF, CONNECT_VARIABLES
-from tests.engines import CLASSIC_TEST_CONF
+from tests.support.engines import CLASSIC_TEST_CONF
 
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
