@@ -20,8 +20,8 @@ from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
-from pipelines.metrics import add_port_argument, count_error, watch_ingest
-from pipelines.metrics_collectors import serve_pipeline
+from pipelines.metrics import add_port_argument, count_error
+from pipelines.metrics_collectors import serve_pipeline, watch_ingest
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 

@@ -4,15 +4,18 @@
 together), `metrics.silver_port` for `silver --continuous`, the flag alone for a
 `backfill`, a one-off run beside them.
 
-What a process does itself it counts as it happens: changes landed in bronze, silver
-runs, backfill rows, errors. What holds whether or not anyone runs is read from its
-source of truth at each scrape (pipelines/metrics_collectors.py): the slot from
-Postgres, bronze's last commit and silver's progress from the lake. So slot lag keeps
-rising on the endpoint of `silver --continuous` while the ingest is down.
+This module knows no stage: it holds the primitives and the endpoint. Each stage keeps
+its own metrics next to its code and records them as it works: changes landed in bronze
+(pipelines/ingest/landed_metrics.py), silver runs (pipelines/silver/run_metrics.py),
+backfill rows (pipelines/backfill/progress.py), errors (here, everyone's). What holds
+whether or not anyone runs is read from its source of truth at each scrape
+(pipelines/metrics_collectors.py): the slot from Postgres, bronze's last commit and
+silver's progress from the lake. So slot lag keeps rising on the endpoint of `silver
+--continuous` while the ingest is down.
 
 `lakehouse run` serves one port. Its ingest is a child process, whose counters live
 there; the child serves them on a loopback port `run` picks, and `run`'s endpoint fetches
-them at each scrape and merges them into its own (`with_ingest_child`), next to
+them at each scrape and merges them into its own (`with_child`), next to
 `lakehouse_ingest_up`. Not prometheus_client's multiprocess mode: it must be switched on
 by an environment variable before the library is imported (the CLI imports it with the
 verbs, before it knows the verb), needs a directory whose stale files would be summed
@@ -28,10 +31,9 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
-import threading
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import psycopg
 from deltalake.exceptions import DeltaError
@@ -46,10 +48,6 @@ from prometheus_client.samples import Sample
 from pipelines.config import PORTS, Config, is_port
 from pipelines.errors import ConfigError, DataError, SourceError, StorageError
 
-if TYPE_CHECKING:
-    from pipelines.backfill.progress import TableProgress  # it imports this module
-    from pipelines.silver.job import SilverRunReport  # Spark's: not for ingest, backfill
-
 log = logging.getLogger(__name__)
 
 # A counter's `_created` series doubles every counter for little use, and `run`'s merge
@@ -58,15 +56,6 @@ disable_created_metrics()
 
 ERROR_KINDS = ("source", "storage", "data", "silver_table", "unexpected")
 
-# Each verb's endpoint registers what it keeps (INGEST, SILVER, BACKFILL); ERRORS is
-# everyone's. Unregistered metrics still count, they are only not served.
-LANDED_CHANGES = Counter(
-    "lakehouse_ingest_landed_changes", "Changes committed to bronze by the ingest.",
-    registry=None)
-LANDED_BYTES = Counter(
-    "lakehouse_ingest_landed_bytes", "Bytes of the bronze rows the ingest committed, as "
-    "Arrow holds them in memory (the ZSTD Parquet files are smaller).", registry=None)
-INGEST = (LANDED_CHANGES, LANDED_BYTES)
 # Errors a process lives through. One that ends it (the ingest's corrupt message or lost
 # slot) ends its endpoint too, so it is not counted: the endpoint going down says it.
 ERRORS = Counter(
@@ -76,18 +65,19 @@ ERRORS = Counter(
     "apply), unexpected (a silver/gold pass that failed and is retried).", ["kind"])
 for _kind in ERROR_KINDS:  # every kind exported from the start: rate() needs the zero
     ERRORS.labels(_kind)
-SILVER_RUN_SECONDS = Gauge(
-    "lakehouse_silver_last_run_duration_seconds", "Seconds the last silver run that had "
-    "new bronze for the table spent applying it.", ["table"], registry=None)
-SILVER_RUN_CHANGES = Gauge(
-    "lakehouse_silver_last_run_changes", "Bronze changes (inserts, updates, deletes) the "
-    "last silver run that had new bronze for the table applied.", ["table"], registry=None)
-SILVER = (SILVER_RUN_SECONDS, SILVER_RUN_CHANGES)
-# What `run` takes from its ingest child: the counters the ingest keeps (family names).
-CHILD_FAMILIES = ("lakehouse_ingest_landed_changes", "lakehouse_ingest_landed_bytes",
-                  "lakehouse_errors")
-# The child is asked for these only, so its scrape-time collectors do not run for nothing.
-_CHILD_QUERY = urllib.parse.urlencode([("name[]", f"{name}_total") for name in CHILD_FAMILIES])
+
+Samples = Mapping[str, list[tuple[list[str], float]]]  # family name: (label values, value)
+
+
+def counter(name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
+    """A counter kept but not served: each verb's endpoint registers the ones it keeps
+    (ERRORS, everyone's, is served by all)."""
+    return Counter(name, help_text, labels, registry=None)
+
+
+def gauge(name: str, help_text: str, labels: Sequence[str] = ()) -> Gauge:
+    """A gauge kept but not served, as `counter`."""
+    return Gauge(name, help_text, labels, registry=None)
 
 
 def count_error(kind: str) -> None:
@@ -105,22 +95,8 @@ def error_kind(exc: BaseException) -> str:
     return "unexpected"
 
 
-def record_silver_run(report: SilverRunReport) -> None:
-    """A silver run's per-table figures."""
-    for table in report.tables:
-        if table.error:
-            count_error("silver_table")
-            continue
-        SILVER_RUN_SECONDS.labels(table.table).set(table.seconds)
-        SILVER_RUN_CHANGES.labels(table.table).set(table.inserts + table.updates
-                                                   + table.deletes)
-
-
-# --- backfill progress --------------------------------------------------------------------
-
-
 def gauge_families(helps: Mapping[str, str], labels: list[str],
-                   values: Mapping[str, list[tuple[list[str], float]]]) -> Iterator[Metric]:
+                   values: Samples) -> Iterator[Metric]:
     """A gauge family per name in `helps` with its (label values, value) samples in
     `values` (none: a family with no samples, which is what `describe` returns)."""
     for name, help_text in helps.items():
@@ -130,48 +106,20 @@ def gauge_families(helps: Mapping[str, str], labels: list[str],
         yield family
 
 
-class BackfillMetrics(Collector):
-    """Rows done, the row estimate and the ETA per table, read at each scrape from the
-    records the backfill's progress tracker keeps (pipelines.backfill.progress): one
-    bookkeeping and one rate for the bars, the log lines and the metrics."""
+class GaugeCollector(Collector):
+    """Gauge families read at each scrape: `read()` returns their samples."""
 
-    HELP = {
-        "lakehouse_backfill_rows_done": "Rows of the table's backfill done so far (all "
-        "runs).",
-        "lakehouse_backfill_rows_estimate": "Rows the table had when its backfill started "
-        "(pg_class.reltuples).",
-        "lakehouse_backfill_eta_seconds": "Seconds until the backfill reaches the estimate "
-        "at this run's rate; 0 when done, absent before the first chunk and after an "
-        "interrupted run.",
-    }
-
-    def __init__(self) -> None:
-        self._tables: dict[str, TableProgress] = {}
-        self._lock = threading.Lock()  # table jobs start in parallel threads
-
-    def track(self, table: TableProgress) -> None:
-        """Serve this table's record (in place of an earlier run's)."""
-        with self._lock:
-            self._tables[table.table] = table
+    def __init__(self, helps: Mapping[str, str], labels: list[str],
+                 read: Callable[[], Samples]) -> None:
+        self.helps = helps
+        self.labels = labels
+        self.read = read
 
     def describe(self) -> Iterator[Metric]:
-        return gauge_families(self.HELP, ["table"], {})
+        return gauge_families(self.helps, self.labels, {})
 
     def collect(self) -> Iterator[Metric]:
-        values: dict[str, list] = {name: [] for name in self.HELP}
-        with self._lock:
-            tables = list(self._tables.values())
-        for t in tables:
-            values["lakehouse_backfill_rows_done"].append(([t.table], t.done))
-            if t.estimate:
-                values["lakehouse_backfill_rows_estimate"].append(([t.table], t.estimate))
-            left = t.eta()
-            if left is not None:
-                values["lakehouse_backfill_eta_seconds"].append(([t.table], left))
-        return gauge_families(self.HELP, ["table"], values)
-
-
-BACKFILL = BackfillMetrics()
+        return gauge_families(self.helps, self.labels, self.read())
 
 
 # --- the endpoint -------------------------------------------------------------------------
@@ -229,33 +177,28 @@ def _register(collector: Collector) -> None:
 _SERVED: dict[frozenset[str], Collector] = {}
 
 
-INGEST_UP = Gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` "
-                  "runs, else 0.", registry=None)
-
-
-def watch_ingest(running: Callable[[], bool]) -> None:
-    """`lakehouse_ingest_up`, for `run`: only it knows whether its ingest runs."""
-    INGEST_UP.set_function(lambda: 1 if running() else 0)
-
-
-def with_ingest_child(child_port: int) -> CollectorRegistry:
-    """A registry of this process's metrics plus the ingest child's, fetched from its
-    loopback endpoint at each scrape (see the module docstring)."""
+def with_child(child_port: int, families: Sequence[str]) -> CollectorRegistry:
+    """A registry of this process's metrics plus a child process's `families` (counters),
+    fetched from its loopback endpoint at each scrape (see the module docstring)."""
+    query = urllib.parse.urlencode([("name[]", f"{name}_total") for name in families])
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_WithChild(f"http://127.0.0.1:{child_port}/metrics?{_CHILD_QUERY}"))
+    registry.register(_WithChild(f"http://127.0.0.1:{child_port}/metrics?{query}",
+                                 frozenset(families)))
     return registry
 
 
 class _WithChild(Collector):
-    """REGISTRY's families and the child's CHILD_FAMILIES; a family both have (the
-    errors) with its samples merged."""
+    """REGISTRY's families and the child's `families`; a family both have (the errors)
+    with its samples merged. The child is asked for these only, so its scrape-time
+    collectors do not run for nothing."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, families: frozenset[str]) -> None:
         self.url = url
+        self.families = families
 
     def collect(self) -> Iterator[Metric]:
         child = {family.name: family for family in self._child()
-                 if family.name in CHILD_FAMILIES}
+                 if family.name in self.families}
         for family in REGISTRY.collect():
             if family.name in child:
                 family.samples = merge_samples(family.samples,
@@ -267,7 +210,7 @@ class _WithChild(Collector):
         try:
             with urllib.request.urlopen(self.url, timeout=2) as response:
                 text = response.read().decode()
-        except OSError:  # starting, or gone: lakehouse_ingest_up says which
+        except OSError:  # starting, or gone (`run`: lakehouse_ingest_up says which)
             return []
         return text_string_to_metric_families(text)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Callable, Iterator
 
 import psycopg
 from deltalake import DeltaTable
@@ -24,8 +24,9 @@ from pipelines.config import Config
 from pipelines.ingest.lsn import parse_lsn
 from pipelines.lake import Lake
 from pipelines.embedded_pg import free_port
-from pipelines.metrics import (INGEST_UP, SILVER, count_error, gauge_families, serve,
-                               with_ingest_child)
+from pipelines.ingest.landed_metrics import INGEST
+from pipelines.metrics import ERRORS, count_error, gauge, gauge_families, serve, with_child
+from pipelines.silver.run_metrics import SILVER
 from pipelines.status import commit_time, query_slot, silver_progress_rows
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,18 @@ def serve_service(config: Config, port: int | None, *metrics: Collector,
                  key=key, registry=registry)
 
 
+INGEST_UP = gauge("lakehouse_ingest_up", "1 while the ingest process of `lakehouse run` "
+                  "runs, else 0.")
+# What `run` takes from its ingest child: the counters the ingest keeps.
+CHILD_FAMILIES = tuple(family.name for metric in (*INGEST, ERRORS)
+                       for family in metric.describe())
+
+
+def watch_ingest(running: Callable[[], bool]) -> None:
+    """`lakehouse_ingest_up`, for `run`: only it knows whether its ingest runs."""
+    INGEST_UP.set_function(lambda: 1 if running() else 0)
+
+
 def serve_pipeline(config: Config, port: int | None) -> list[str]:
     """The endpoint of a process that runs silver beside an ingest child (`run`, `demo`):
     silver's figures, the slot and the lake, and the child's counters (see
@@ -158,5 +171,6 @@ def serve_pipeline(config: Config, port: int | None) -> list[str]:
     if port is None:
         return []
     child_port = free_port()
-    serve_service(config, port, *SILVER, INGEST_UP, registry=with_ingest_child(child_port))
+    serve_service(config, port, *SILVER, INGEST_UP,
+                  registry=with_child(child_port, CHILD_FAMILIES))
     return [f"metrics.port={child_port}", "metrics.address=127.0.0.1"]

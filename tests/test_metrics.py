@@ -18,13 +18,13 @@ from rich.console import Console
 
 from pipelines import continuous, metrics
 from pipelines.backfill.bronze import SnapshotWriter
-from pipelines.backfill.progress import ProgressDisplay, eta_seconds
+from pipelines.backfill.progress import BACKFILL, BackfillMetrics, ProgressDisplay, eta_seconds
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
-from pipelines.metrics import BACKFILL, BackfillMetrics, merge_samples, serve, watch_ingest
-from pipelines.metrics_collectors import serve_pipeline
+from pipelines.metrics import merge_samples, serve
+from pipelines.metrics_collectors import serve_pipeline, watch_ingest
 from tests.backfill.conftest import backfill, make_config, setup_source
 
 

@@ -14,7 +14,8 @@ from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.logs import report
-from pipelines.metrics import BACKFILL, add_port_argument, serve
+from pipelines.backfill.progress import BACKFILL
+from pipelines.metrics import add_port_argument, serve
 from pipelines.terminal import format_table
 
 EXIT_INTERRUPTED = 130

@@ -1,7 +1,7 @@
 """Per-table backfill progress: live bars on a terminal, periodic log lines otherwise.
 
 Rows against the table's pg_class.reltuples estimate, rows/s and an ETA, kept once per
-table (TableProgress) for the display and the metrics endpoint alike. Off a terminal
+table (TableTicker) for the display and the metrics endpoint alike. Off a terminal
 (jobs, CI) rich's Progress is disabled, since a bar would only fill a log with control
 codes, and a log line per table every `log_seconds` says the same. Several table
 workers report at once: each advances only its own table.
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
-from pipelines.metrics import BACKFILL, BackfillMetrics
+from pipelines.metrics import GaugeCollector, Samples
 from pipelines.terminal import stderr_console
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,9 @@ def eta_seconds(done: int, estimate: int | None, rows_this_run: int,
 
 
 @dataclass
-class TableProgress:
+class TableTicker:
     """One table's backfill in this run, as the display shows it and the metrics serve
-    it (pipelines.metrics.BackfillMetrics reads these records). One rate rule for both:
+    it (BackfillMetrics reads these records). One rate rule for both:
     the rows of this run over its whole time, earlier runs of the same backfill left out."""
 
     table: str
@@ -78,7 +78,49 @@ class TableProgress:
         return eta_seconds(self.done, self.estimate, self.rows, self.elapsed())
 
 
-def rows_text(table: TableProgress) -> str:
+class BackfillMetrics(GaugeCollector):
+    """Rows done, the row estimate and the ETA per table, read at each scrape from the
+    tickers the progress display keeps: one bookkeeping and one rate for the bars, the
+    log lines and the metrics."""
+
+    HELP = {
+        "lakehouse_backfill_rows_done": "Rows of the table's backfill done so far (all "
+        "runs).",
+        "lakehouse_backfill_rows_estimate": "Rows the table had when its backfill started "
+        "(pg_class.reltuples).",
+        "lakehouse_backfill_eta_seconds": "Seconds until the backfill reaches the estimate "
+        "at this run's rate; 0 when done, absent before the first chunk and after an "
+        "interrupted run.",
+    }
+
+    def __init__(self) -> None:
+        super().__init__(self.HELP, ["table"], self._samples)
+        self._tables: dict[str, TableTicker] = {}
+        self._lock = threading.Lock()  # table jobs start in parallel threads
+
+    def track(self, table: TableTicker) -> None:
+        """Serve this table's ticker (in place of an earlier run's)."""
+        with self._lock:
+            self._tables[table.table] = table
+
+    def _samples(self) -> Samples:
+        values: dict[str, list] = {name: [] for name in self.HELP}
+        with self._lock:
+            tables = list(self._tables.values())
+        for t in tables:
+            values["lakehouse_backfill_rows_done"].append(([t.table], t.done))
+            if t.estimate:
+                values["lakehouse_backfill_rows_estimate"].append(([t.table], t.estimate))
+            left = t.eta()
+            if left is not None:
+                values["lakehouse_backfill_eta_seconds"].append(([t.table], left))
+        return values
+
+
+BACKFILL = BackfillMetrics()  # what `lakehouse backfill --metrics-port` serves
+
+
+def rows_text(table: TableTicker) -> str:
     """e.g. '120,000 / ~1,000,000 rows  12%' (no estimate: '120,000 rows')."""
     if not table.estimate:
         return f"{table.done:,} rows"
@@ -86,11 +128,11 @@ def rows_text(table: TableProgress) -> str:
             f"{min(100, 100 * table.done // table.estimate)}%")
 
 
-def rate_text(table: TableProgress) -> str:
+def rate_text(table: TableTicker) -> str:
     return f"{table.rate():,.0f} rows/s"
 
 
-def state_text(table: TableProgress) -> str:
+def state_text(table: TableTicker) -> str:
     """'ETA 3m35s' while running (nothing before a rate is known), 'done in 4m02s' after."""
     if table.status:
         return f"{table.status} in {format_duration(table.elapsed())}"
@@ -101,7 +143,7 @@ def state_text(table: TableProgress) -> str:
 class _Column(ProgressColumn):
     """One of the texts above as a column of the live display."""
 
-    def __init__(self, text: Callable[[TableProgress], str]) -> None:
+    def __init__(self, text: Callable[[TableTicker], str]) -> None:
         super().__init__()
         self.text = text
 
@@ -131,13 +173,13 @@ class ProgressDisplay:
             TextColumn("{task.description}", markup=False), BarColumn(), _Column(rows_text),
             _Column(rate_text), _Column(state_text),
             console=self.console, disable=not self.tty, auto_refresh=auto_refresh)
-        self._tables: dict[str, TableProgress] = {}
+        self._tables: dict[str, TableTicker] = {}
         self._tasks: dict[str, TaskID] = {}
         self._last_log: dict[str, float] = {}
         self._lock = threading.Lock()  # the table set and the live display's start/stop
 
     def start(self, table: str, estimate: int | None, rows_before: int = 0) -> None:
-        progress = TableProgress(table, estimate or None, rows_before, self.clock,
+        progress = TableTicker(table, estimate or None, rows_before, self.clock,
                                  self.clock())
         with self._lock:
             if self.tty and not self._tasks:

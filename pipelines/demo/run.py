@@ -39,8 +39,7 @@ from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import gold_io_for
 from pipelines.gold.run import run_gold
 from pipelines.lake import Lake, read_delta
-from pipelines.metrics import watch_ingest
-from pipelines.metrics_collectors import serve_pipeline
+from pipelines.metrics_collectors import serve_pipeline, watch_ingest
 from pipelines.silver.job import run_silver
 from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup

@@ -44,7 +44,7 @@ from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 from pipelines import storage
 from pipelines.bronze.generations import Generation, first_generation
 from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
-from pipelines.metrics import LANDED_BYTES, LANDED_CHANGES
+from pipelines.ingest.landed_metrics import LANDED_BYTES, LANDED_CHANGES
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from pipelines.collector import collect_rarely
 from pipelines.config import Config
 from pipelines.ingest.lsn import format_lsn, parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
-from pipelines.metrics import INGEST, add_port_argument
+from pipelines.ingest.landed_metrics import INGEST
+from pipelines.metrics import add_port_argument
 from pipelines.metrics_collectors import serve_service
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Callable
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
-from pipelines.metrics import SILVER, add_port_argument
+from pipelines.metrics import add_port_argument
 from pipelines.metrics_collectors import serve_service
+from pipelines.silver.run_metrics import SILVER
 from pipelines.passes import FailedPasses
 
 if TYPE_CHECKING:  # the CLI imports every verb module: keep Spark out of its start-up

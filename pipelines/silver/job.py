@@ -22,7 +22,7 @@ from pipelines.errors import DataError
 from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import TableLocation
-from pipelines.metrics import record_silver_run
+from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.apply import SilverContext, apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
@@ -131,7 +131,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
             break
     report = SilverRunReport(upto, tuple(reports[name] for name in sorted(reports)),
                              time.monotonic() - started)
-    record_silver_run(report)
+    record_silver_run(report.tables)
     return report
 
 
