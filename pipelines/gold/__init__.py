@@ -2,6 +2,7 @@
 (docs/architecture.md, Gold; docs/gold.md).
 
 - `definitions`: the report files of `gold.reports`, read and checked without Spark;
+- `names`: the tables a report's SQL names (`TableName`), found with sqlglot;
 - `conform`: DataFrame -> DataFrame cast to a report's columns, and its validation;
 - `io`: the edges (the tables a report reads, in as temp views; gold tables out),
   swappable for Unity Catalog names;
