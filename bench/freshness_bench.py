@@ -103,7 +103,7 @@ import pyarrow.csv as pacsv
 from bench.common import Run, embedded_server, lakehouse, write_config
 from bench.silver_bench import silver_path, vm_hwm_mb
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir
-from pipelines.ingest.lsn import parse_lsn
+from pipelines.positions import parse_lsn
 
 SHAPES = ("recent", "uniform")
 ENGINES = {"sail": {"engine": "local"},

@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.common import table, timed, work_and_results
+from pipelines.positions import INDEX_DIGITS
 from bench.silver_bench import (
     INGEST_COMMIT_ROWS, INITIAL_COMMIT_ROWS, SILVER_SCHEMA,
     Requests, append_bronze, build_base, batch_rows, bench_config, build_direct as silver_build_direct,
@@ -129,11 +130,11 @@ def build_silver(lake: Path, n: int, seed: int, work: Path) -> dict:
 
 def open_versions(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """The history rows of silver rows no change has touched since their insert: one
-    open version each, from the insert's position (history.position_number, built from
-    digits as the pipeline builds it)."""
+    open version each, from the insert's position (positions.position_number, built
+    from digits as position_columns.number_column builds it)."""
     digits = pc.binary_join_element_wise(
         pc.cast(rows["_lsn"], pa.string()),
-        pc.utf8_lpad(pc.cast(rows["_change_index"], pa.string()), 10, "0"), "")
+        pc.utf8_lpad(pc.cast(rows["_change_index"], pa.string()), INDEX_DIGITS, "0"), "")
     n = rows.num_rows
     columns = {name: rows[name] for name in rows.column_names}
     columns.update(_valid_from=pc.cast(digits, pa.decimal128(38, 0)),

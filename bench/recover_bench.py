@@ -44,7 +44,7 @@ from bench.silver_bench import vm_hwm_mb
 from pipelines.backfill.runner import BackfillOptions, TableResult, run_backfill
 from pipelines.config import Config, load_config
 from pipelines.engine import get_spark
-from pipelines.ingest.lsn import parse_lsn
+from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
 from pipelines.lake import Lake
 from pipelines.recover import run_recover

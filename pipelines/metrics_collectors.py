@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.registry import Collector
 
 from pipelines.config import Config
-from pipelines.ingest.lsn import parse_lsn
+from pipelines.positions import parse_lsn
 from pipelines.lake import Lake
 from pipelines.embedded_pg import free_port
 from pipelines.ingest.landed_metrics import INGEST

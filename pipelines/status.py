@@ -17,7 +17,7 @@ from pipelines.errors import SourceError
 from pipelines.gold.state import Refresh, read_refreshes
 from pipelines.bronze.generations import Registry
 from pipelines.ingest.bronze_writer import landed_lsn, read_progress
-from pipelines.ingest.lsn import format_lsn
+from pipelines.positions import format_lsn
 from pipelines.lake import Lake, read_delta
 from pipelines.source.connection import connect
 from pipelines.source.lineage import RECOVER, inspect_lineage

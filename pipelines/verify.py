@@ -33,6 +33,7 @@ from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.lake import Lake
+from pipelines.position_columns import is_after_position
 from pipelines.silver.history import IS_CURRENT
 from pipelines.silver.progress import read_progress
 from pipelines.silver.table_shape import SourceColumn
@@ -118,9 +119,8 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
                        F.concat_ws(".", F.col("schema_name"), F.col("table_name")))
     behind = None
     for table in tables:
-        lsn, index = progress.of(table).position
-        after = (F.col("commit_lsn") > lsn) | (
-            (F.col("commit_lsn") == lsn) & (F.col("change_index") > index))
+        after = is_after_position(F.col("commit_lsn"), F.col("change_index"),
+                                  progress.of(table).position)
         mine = (row_table == table) | (
             (F.col("message_prefix") == WATERMARK_PREFIX) & (watermark_table == table))
         condition = after & mine

@@ -28,7 +28,7 @@ from pipelines.bronze.generations import Registry
 from pipelines.config import Config, parse_config
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir, free_port
 from pipelines.ingest.bronze_writer import landed_lsn
-from pipelines.ingest.lsn import parse_lsn
+from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake
 from pipelines.recover import run_recover

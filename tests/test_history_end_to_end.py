@@ -24,14 +24,14 @@ from pipelines.demo.run import DEMO_TABLES
 from pipelines.demo.workload import Session, WorkloadStats
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake
-from pipelines.silver.history import (
-    HISTORY_COLUMNS, IS_CURRENT, VALID_FROM, VALID_TO, as_of, position_number)
+from pipelines.positions import position_number
+from pipelines.silver.history import HISTORY_COLUMNS, IS_CURRENT, VALID_FROM, VALID_TO, as_of
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
 from pipelines.status import lake_status, status_lines
 from pipelines.verify import Scratch, differences, source_snapshot
-from tests.verbs import seeded
+from tests.support.demo import seeded
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark
 

@@ -20,7 +20,7 @@ from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.bronze.generations import Registry
 from pipelines.config import Config, parse_config
 from pipelines.errors import SourceError
-from pipelines.ingest.lsn import parse_lsn
+from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake, read_delta
 from pipelines.recover import run_recover

@@ -40,10 +40,11 @@ from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
                                   read_refreshes, record_refresh)
-from pipelines.silver.events import CHANGE_INDEX, LSN, is_after, tombstone_keys
+from pipelines.position_columns import is_after_position
+from pipelines.positions import START, Position
+from pipelines.silver.events import CHANGE_INDEX, LSN, tombstone_keys
 from pipelines.silver.maintenance import DELETION_VECTORS
 from pipelines.silver.merge import key_range, sql_literal
-from pipelines.silver.progress import START
 
 if TYPE_CHECKING:
     from pipelines.gold.definitions import Report
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 
 GROUP = "_group"  # the index column of a key's group
 MAX_GROUPS = 10_000  # more touched groups than this: a full recompute is as cheap
-Position = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _newest(df: DataFrame, after: Position) -> Position | None:
     # two plain maxima instead of max(struct(...)), which Sail computes several times
     # slower; the `_lsn >=` filter lets the engines skip the files of older positions
     new = df.filter(F.col(LSN) >= after[0]).filter(
-        is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(after[0]), F.lit(after[1])))
+        is_after_position(F.col(LSN), F.col(CHANGE_INDEX), after))
     lsn = new.agg(F.max(LSN)).first()[0]
     if lsn is None:
         return None
@@ -255,7 +255,7 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
 
     def after(df: DataFrame) -> DataFrame:  # the `>=` lets the engines skip old files
         return df.filter(F.col(LSN) >= seen[0]).filter(
-            is_after(F.col(LSN), F.col(CHANGE_INDEX), F.lit(seen[0]), F.lit(seen[1])))
+            is_after_position(F.col(LSN), F.col(CHANGE_INDEX), seen))
 
     changed = after(driving.rows).select(*keys, F.expr(group).alias(GROUP), LSN,
                                          CHANGE_INDEX, F.lit(True).alias("_live"))

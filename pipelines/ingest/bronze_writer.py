@@ -45,11 +45,11 @@ from pipelines import storage
 from pipelines.bronze.generations import Generation, first_generation
 from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
 from pipelines.ingest.landed_metrics import LANDED_BYTES, LANDED_CHANGES
+from pipelines.positions import Position
 
 log = logging.getLogger(__name__)
 
 POSITION_KEY = "lakehouse.position"
-Position = tuple[int, int]  # (commit_lsn, change_index)
 NO_POSITION: Position = (0, -1)
 ALL_LANDED = 1 << 62  # first_new_index of a transaction older than bronze's last position
 

@@ -7,7 +7,7 @@ import logging
 
 from pipelines.collector import collect_rarely
 from pipelines.config import Config
-from pipelines.ingest.lsn import format_lsn, parse_lsn
+from pipelines.positions import format_lsn, parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.ingest.landed_metrics import INGEST
 from pipelines.metrics import add_port_argument

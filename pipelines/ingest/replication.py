@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from psycopg import pq
 
 from pipelines.errors import SourceError
-from pipelines.ingest.lsn import format_lsn
+from pipelines.positions import format_lsn
 from pipelines.ingest.wire import encode_standby_status_update
 from pipelines.source.lineage import RECOVER, quote_ident
 from pipelines.source.text_format import with_text_format

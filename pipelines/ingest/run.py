@@ -19,7 +19,7 @@ from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
 from pipelines.bronze.generations import Generation
 from pipelines.ingest.bronze_writer import BronzeWriter, landed_lsn
-from pipelines.ingest.lsn import format_lsn
+from pipelines.positions import format_lsn
 from pipelines.ingest.replication import (ConnectionLost, ReplicationStream, SlotBusy,
                                           SlotUnusable)
 from pipelines.ingest.transactions import ChangeAssembler

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TypeAlias, Union
 
 from pipelines.errors import DataError
-from pipelines.ingest.lsn import MAX_LSN
+from pipelines.positions import MAX_LSN
 from pipelines.ingest.pgoutput import timestamp_from_pg, timestamp_to_pg
 
 _XLOG_DATA = struct.Struct("!QQq")  # wal start, wal end, send time

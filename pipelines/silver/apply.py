@@ -27,11 +27,13 @@ from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists)
 from pipelines.errors import DataError
 from pipelines.lake import Lake, TableLocation
+from pipelines.position_columns import is_after_position, is_within
+from pipelines.positions import Position
 from pipelines.silver import history_tables
 from pipelines.silver.batch import filled_events, latest_events, newest_events
 from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, LSN, METADATA, OLD_KEY, OP, UNCHANGED, XID, changes_to_events, col,
-    field as struct_field, first_rows, is_after, merge_shapes, shape_from_row,
+    field as struct_field, first_rows, merge_shapes, shape_from_row,
     snapshot_rows, tombstone_keys, value_columns, with_chunk_columns)
 from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.key_change import expand_key_changes
@@ -47,7 +49,7 @@ from pipelines.silver.table_shape import SourceColumn, TableShape
 from pipelines.silver.toast import fill_from_old_key_rows
 from pipelines.silver.types import (
     check_failures, failures_of, spark_type, typed_columns, typed_value, with_failed_texts)
-from pipelines.silver.watermarks import ChunkWindow, Position, invisible_to_snapshot
+from pipelines.silver.chunk_windows import ChunkWindow, invisible_to_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +143,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     (`chunk_columns`: the column list every chunk has, if they all have the same)."""
     keys = shape.key_columns
     rows = _table_rows(run, table)
-    new = rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(after[0]),
-                               F.lit(after[1]))
-                      & ~is_after(F.col("commit_lsn"), F.col("change_index"),
-                                  F.lit(upto[0]), F.lit(upto[1])))
+    new = rows.filter(is_within(F.col("commit_lsn"), F.col("change_index"), after, upto))
     events = changes_to_events(new, shape)
     if table.moved:  # else no update sent an old key: skip a second read of the rows
         events = expand_key_changes(events, keys)
@@ -194,8 +193,7 @@ def window_candidates(windows: Sequence[ChunkWindow],
     watermark, or in a transaction one of the snapshots did not see, of the chunks'
     slot generations (a superset; the exact test is per chunk, in reconcile_chunks)."""
     earliest = min(w.low for w in windows)
-    after = is_after(F.col("commit_lsn"), F.col("change_index"), F.lit(earliest[0]),
-                     F.lit(earliest[1]))
+    after = is_after_position(F.col("commit_lsn"), F.col("change_index"), earliest)
     snapshots = {w.snapshot for w in windows if w.snapshot is not None}
     if len(snapshots) > MAX_SNAPSHOT_TERMS:  # too long an expression: read all history
         return F.lit(True)

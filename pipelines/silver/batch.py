@@ -7,19 +7,19 @@ from typing import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.silver.events import CHANGE_INDEX, LSN, is_after, value_columns
+from pipelines.position_columns import is_after_position
+from pipelines.positions import Position
+from pipelines.silver.events import CHANGE_INDEX, LSN, value_columns
 from pipelines.silver.latest import latest_change_per_key
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.toast import fill_unchanged_toast
-from pipelines.silver.watermarks import Position
 
 
 def above_floor(events: DataFrame, floor: Position | None) -> DataFrame:
     """Drop events at or below a truncate's position: the truncate removed them."""
     if floor is None:
         return events
-    return events.filter(is_after(F.col(LSN), F.col(CHANGE_INDEX),
-                                  F.lit(floor[0]), F.lit(floor[1])))
+    return events.filter(is_after_position(F.col(LSN), F.col(CHANGE_INDEX), floor))
 
 
 def filled_events(events: DataFrame, shape: TableShape,

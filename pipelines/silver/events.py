@@ -167,12 +167,6 @@ def value_columns(shape: TableShape) -> Sequence[str]:
     return [c.name for c in shape.columns if not c.is_key]
 
 
-def is_after(lsn: Column, change_index: Column, than_lsn: Column,
-             than_change_index: Column) -> Column:
-    """Position (lsn, change_index) strictly after (than_lsn, than_change_index)."""
-    return (lsn > than_lsn) | ((lsn == than_lsn) & (change_index > than_change_index))
-
-
 def no_old_key(keys: Sequence[str]) -> Column:
     """A null _cdc_old_key of the type changes_to_events gives it."""
     return F.when(F.lit(False), F.struct(*(F.lit(None).cast(StringType()).alias(k)

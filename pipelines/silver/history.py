@@ -18,8 +18,7 @@ and writes the versions the batch touched, matched on (key, _valid_from). Everyt
 computed from the base and the batch's events, so a re-run of the same batch writes
 the same rows, and a MERGE that finds them equal changes nothing.
 
-Positions are one sortable number, `_lsn * 10^10 + _change_index` as DECIMAL(38,0):
-a change's LSN is the leading digits, its index in the transaction the last ten.
+Positions are their sortable number as DECIMAL(38,0) (pipelines.positions).
 """
 
 from __future__ import annotations
@@ -30,19 +29,19 @@ from typing import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType, DecimalType, LongType, StringType, StructField, StructType, TimestampType)
+    BooleanType, LongType, StringType, StructField, StructType, TimestampType)
 
+from pipelines.position_columns import (
+    POSITION_TYPE, is_before_position, number_column, number_literal, sql_before, sql_number)
+from pipelines.positions import Position
 from pipelines.silver.events import (
     CHANGE, CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT,
     col, quote)
 from pipelines.silver.scan import Closing
-from pipelines.silver.watermarks import Position
 
 VALID_FROM, VALID_TO = "_valid_from", "_valid_to"
 VALID_FROM_TS, VALID_TO_TS = "_valid_from_ts", "_valid_to_ts"
 IS_CURRENT, HISTORY_OP = "_is_current", "_op"
-POSITION_TYPE = DecimalType(38, 0)
-INDEX_DIGITS = 10
 HISTORY_FIELDS = (
     StructField(VALID_FROM, POSITION_TYPE), StructField(VALID_TO, POSITION_TYPE),
     StructField(VALID_FROM_TS, TimestampType()), StructField(VALID_TO_TS, TimestampType()),
@@ -55,40 +54,15 @@ _BASE = "base"  # the kind of a base row in the combined stream
 _BUCKETS = 64  # window partitions of a batch's events (history_versions)
 
 
-def position_number(position: Position) -> int:
-    """A (commit LSN, change index) position as history's one number."""
-    lsn, index = position
-    return lsn * 10 ** INDEX_DIGITS + index
-
-
-def position_literal(position: "Position | int") -> Column:
-    """A position (or history's number for one) as a literal: from its digits, since
-    the number outgrows a 64-bit integer once the LSN passes 2^63 / 10^10 (~922 MB
-    of WAL)."""
-    number = position if isinstance(position, int) else position_number(position)
-    return F.lit(str(number)).cast(POSITION_TYPE)
-
-
-def position_column(lsn: Column, change_index: Column) -> Column:
-    """The same number in the engine, built from digits: no decimal arithmetic, which
-    the engines round and overflow differently (docs/architecture.md, rule 5)."""
-    return F.concat(lsn.cast("string"), F.lpad(change_index.cast("string"), INDEX_DIGITS, "0")
-                    ).cast(POSITION_TYPE)
-
-
 def history_schema(silver_fields: Sequence[StructField]) -> StructType:
     """A history table's schema: silver's source columns, then history's own."""
     return StructType([f for f in silver_fields if f.name not in (LSN, CHANGE_INDEX, COMMIT_TS)]
                       + list(HISTORY_FIELDS))
 
 
-def _literal(number: int) -> str:
-    return f"CAST('{number}' AS DECIMAL(38,0))"  # text: no integer type holds it
-
-
 def open_at(position: Position) -> str:
     """SQL: the versions open at `position` (the table as it was there)."""
-    at = _literal(position_number(position))
+    at = sql_number(position)
     return f"{VALID_FROM} <= {at} AND ({VALID_TO} IS NULL OR {VALID_TO} > {at})"
 
 
@@ -115,20 +89,14 @@ def fill_from_base(events: DataFrame, base: DataFrame, keys: Sequence[str],
             .select(*(updates[n].alias(n) if n in updates else col(n) for n in events.columns)))
 
 
-def _before(lsn: Column, index: Column, position: Position, inclusive: bool) -> Column:
-    """(lsn, index) before `position` (or at it, when `inclusive`)."""
-    last = index <= F.lit(position[1]) if inclusive else index < F.lit(position[1])
-    return (lsn < F.lit(position[0])) | ((lsn == F.lit(position[0])) & last)
-
-
 def _killed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple[Column, Column]:
     """The position and time of the first closing after (lsn, index) that closes a
     version last written there (null, null: none does)."""
     found = None
     for closing in sorted(closings, key=lambda c: c.at):
-        hit = (_before(lsn, index, closing.at, inclusive=False)
-               & _before(lsn, index, closing.floor, inclusive=True))
-        at = F.struct(position_literal(closing.at).alias("p"),
+        hit = (is_before_position(lsn, index, closing.at)
+               & is_before_position(lsn, index, closing.floor, inclusive=True))
+        at = F.struct(number_literal(closing.at).alias("p"),
                       F.lit(closing.at_micros).cast(LongType()).alias("t"))
         found = F.when(hit, at) if found is None else found.when(hit, at)
     if found is None:
@@ -168,7 +136,7 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
     killed, killed_ts = _killed_at(closings, F.col(LSN), F.col(CHANGE_INDEX))
     stream = stream.select("*", killed.alias("_cdc_h_killed"),
                            killed_ts.alias("_cdc_h_killed_ts"),
-                           position_column(F.col(LSN), F.col(CHANGE_INDEX)).alias("_cdc_h_pos"))
+                           number_column(F.col(LSN), F.col(CHANGE_INDEX)).alias("_cdc_h_pos"))
 
     bucket = F.pmod(F.xxhash64(*(col(k) for k in keys)), F.lit(_BUCKETS))
     order = Window.partitionBy(bucket).orderBy(*(col(k) for k in keys), LSN, CHANGE_INDEX)
@@ -267,9 +235,9 @@ def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> 
     first of them that reaches each (`source`: any empty relation)."""
     hits, positions, times = [], [], []
     for closing in sorted(closings, key=lambda c: c.at):
-        hit = f"({_sql_before(closing.at, False)} AND {_sql_before(closing.floor, True)})"
+        hit = f"({_sql_before(closing.at)} AND {_sql_before(closing.floor, inclusive=True)})"
         hits.append(hit)
-        positions.append(f"WHEN {hit} THEN {_literal(position_number(closing.at))}")
+        positions.append(f"WHEN {hit} THEN {sql_number(closing.at)}")
         times.append(f"WHEN {hit} THEN " + ("NULL" if closing.at_micros is None
                                             else f"timestamp_micros({closing.at_micros})"))
     return (f"MERGE INTO {target} t USING {source} s ON FALSE\n"
@@ -278,10 +246,8 @@ def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> 
             f"{VALID_TO_TS} = CASE {' '.join(times)} END, {IS_CURRENT} = false")
 
 
-def _sql_before(position: Position, inclusive: bool) -> str:
-    lsn, index = position
-    return (f"(t.{LSN} < {lsn} OR (t.{LSN} = {lsn} AND "
-            f"t.{CHANGE_INDEX} {'<=' if inclusive else '<'} {index}))")
+def _sql_before(position: Position, inclusive: bool = False) -> str:
+    return sql_before(f"t.{LSN}", f"t.{CHANGE_INDEX}", position, inclusive)
 
 
 def as_of(history: DataFrame, at: "datetime | Position | int") -> DataFrame:
@@ -293,7 +259,7 @@ def as_of(history: DataFrame, at: "datetime | Position | int") -> DataFrame:
         open_then = (F.col(VALID_FROM_TS) <= when) & (
             F.col(VALID_TO).isNull() | (F.col(VALID_TO_TS) > when))
     else:
-        number = position_literal(at)
+        number = number_literal(at)
         open_then = (F.col(VALID_FROM) <= number) & (
             F.col(VALID_TO).isNull() | (F.col(VALID_TO) > number))
     return history.filter(open_then).drop(*HISTORY_COLUMNS)

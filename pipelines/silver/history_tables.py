@@ -16,15 +16,16 @@ from pyspark.sql.types import StructType
 
 from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
+from pipelines.position_columns import number_literal
+from pipelines.positions import Position
 from pipelines.silver.events import col
 from pipelines.silver.evolution import plan_schema
 from pipelines.silver.history import (
     HISTORY_COLUMNS, VALID_FROM, closing_merge_sql, fill_from_base, history_merge_sql,
-    history_schema, history_versions, open_at, position_literal)
+    history_schema, history_versions, open_at)
 from pipelines.silver.merge import key_range
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import TableShape
-from pipelines.silver.watermarks import Position
 
 if TYPE_CHECKING:
     from pipelines.silver.apply import SilverContext
@@ -79,7 +80,7 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                                                   table.closings),
                       run.lake.history_staging(schema, name, "versions"))
     order = run.read(target).columns  # evolved tables hold new columns last
-    started = F.col(VALID_FROM) <= position_literal(after)
+    started = F.col(VALID_FROM) <= number_literal(after)
     if exists and _written_before(run, target, after):  # a re-run of this batch
         versions.select(*order).createOrReplaceTempView(SOURCE_VIEW)
         run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, order,
@@ -123,7 +124,7 @@ def _written_before(run: "SilverContext", target: TableRef, after: Position) -> 
     """Whether the table holds a version that started after `after`: this batch was
     written before (its run stopped before recording its progress). File statistics
     answer it without reading the other files."""
-    later = F.col(VALID_FROM) > position_literal(after)
+    later = F.col(VALID_FROM) > number_literal(after)
     return bool(run.read(target).filter(later).select(VALID_FROM).limit(1).collect())
 
 

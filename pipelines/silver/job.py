@@ -20,15 +20,14 @@ from pipelines.catalog import TableNames, TableRef, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
 from pipelines.bronze.generations import Registry, generation_starts
-from pipelines.ingest.lsn import format_lsn
 from pipelines.lake import TableLocation
+from pipelines.positions import Position, format_lsn
 from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.apply import SilverContext, apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
     START, Progress, TableProgress, read_progress, write_progress)
 from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
-from pipelines.silver.watermarks import Position
 
 log = logging.getLogger(__name__)
 

@@ -26,22 +26,21 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType, DateType, IntegerType, LongType, ShortType, StringType)
 
+from pipelines.position_columns import is_after, sql_before, sql_is_after
+from pipelines.positions import Position
 from pipelines.silver.events import (
-    CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, is_after, quote)
-from pipelines.silver.watermarks import Position
+    CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, quote)
 
 STALE = "_cdc_stale"
 
 
 def _newer(source: str = "s", target: str = "t") -> str:
-    return (f"({source}.{LSN} > {target}.{LSN} OR ({source}.{LSN} = {target}.{LSN} "
-            f"AND {source}.{CHANGE_INDEX} > {target}.{CHANGE_INDEX}))")
+    return sql_is_after(f"{source}.{LSN}", f"{source}.{CHANGE_INDEX}", f"{target}.{LSN}",
+                        f"{target}.{CHANGE_INDEX}")
 
 
 def _at_or_below(floor: Position, alias: str = "t") -> str:
-    lsn, index = floor
-    return (f"({alias}.{LSN} < {lsn} OR ({alias}.{LSN} = {lsn} "
-            f"AND {alias}.{CHANGE_INDEX} <= {index}))")
+    return sql_before(f"{alias}.{LSN}", f"{alias}.{CHANGE_INDEX}", floor, inclusive=True)
 
 
 def _on(keys: Sequence[str], key_range: str | None) -> str:

@@ -19,12 +19,11 @@ from pyspark.sql import SparkSession
 
 from pipelines.catalog import delta_path
 from pipelines.lake import TableLocation
-from pipelines.silver.watermarks import Position
+from pipelines.positions import START, Position
 
 SCHEMA = ("table_name string, lsn long, change_index long, floor_lsn long, "
           "floor_change_index long, error string, updated_at timestamp")
 ALL = "*"
-START: Position = (-1, -1)  # before any bronze position: a rebuilt table starts here
 
 
 @dataclass(frozen=True)

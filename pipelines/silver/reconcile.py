@@ -17,11 +17,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType
 
+from pipelines.position_columns import is_after
+from pipelines.silver.chunk_windows import ChunkWindow, invisible_to_snapshot
 from pipelines.silver.events import (
     CHANGE, CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT, XID, col,
-    is_after, no_old_key)
+    no_old_key)
 from pipelines.silver.resync import generation_start
-from pipelines.silver.watermarks import ChunkWindow, invisible_to_snapshot
 
 # Helper columns are prefixed _cdc_ (a prefix source columns may not use: events.py).
 CHUNK = ["_cdc_backfill_id", "_cdc_chunk_id"]

@@ -27,8 +27,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType
 
 from pipelines.errors import DataError
-from pipelines.silver.events import is_after
-from pipelines.silver.watermarks import Position, Watermark, invisible_to_snapshot
+from pipelines.position_columns import is_before_position
+from pipelines.positions import Position
+from pipelines.silver.chunk_windows import LandedWatermark, invisible_to_snapshot
 
 
 def generation_start(starts: Sequence[int], lsn: int) -> int:
@@ -36,7 +37,7 @@ def generation_start(starts: Sequence[int], lsn: int) -> int:
     return starts[max(0, bisect_right(starts, lsn) - 1)] if starts else 0
 
 
-def resync_floor(changes: DataFrame, table: str, marks: Sequence[Watermark],
+def resync_floor(changes: DataFrame, table: str, marks: Sequence[LandedWatermark],
                  starts: Sequence[int]) -> Position:
     """The floor of the resync whose watermarks (all of them, any kind) are `marks`."""
     lows = [m.position for m in marks if m.kind == "low"]
@@ -55,8 +56,8 @@ def resync_floor(changes: DataFrame, table: str, marks: Sequence[Watermark],
         unseen = (changes
                   .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
                   .filter(F.col("commit_lsn") >= F.lit(generation_start(starts, start[0])))
-                  .filter(is_after(F.lit(start[0]), F.lit(start[1]),
-                                   F.col("commit_lsn"), F.col("change_index")))
+                  .filter(is_before_position(F.col("commit_lsn"), F.col("change_index"),
+                                             start))
                   .filter(invisible_to_snapshot(
                       F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
                       F.array(*(F.lit(x) for x in snap.xip)).cast(ArrayType(LongType()))))

@@ -20,13 +20,15 @@ from pyspark.sql import functions as F
 from pipelines.bronze.schema import (
     OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
 from pipelines.errors import DataError
-from pipelines.silver.events import is_after, shape_from_row
+from pipelines.position_columns import is_after, is_before_position
+from pipelines.positions import Position
+from pipelines.silver.events import shape_from_row
 from pipelines.silver.progress import Progress
 from pipelines.silver.resync import resync_floor
 from pipelines.silver.slicing import first_slice_end
 from pipelines.silver.table_shape import TableShape
-from pipelines.silver.watermarks import (
-    ChunkWindow, Position, Watermark, chunk_windows, parse_watermark)
+from pipelines.silver.chunk_windows import (
+    ChunkWindow, LandedWatermark, chunk_windows, parse_watermark)
 
 
 @dataclass(frozen=True)
@@ -109,14 +111,14 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
     if excluded:
         rows = rows.filter(F.col("schema_name").isNull() | ~name.isin(list(excluded)))
     if until is not None:
-        rows = rows.filter(~is_after(F.col("commit_lsn"), F.col("change_index"),
-                                     F.lit(until[0]), F.lit(until[1])))
+        rows = rows.filter(is_before_position(F.col("commit_lsn"), F.col("change_index"),
+                                              until, inclusive=True))
     return rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), lsn, index))
 
 
 def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Position,
                 scope: Iterable[str] | None,
-                older_watermarks: Callable[[], Iterable[Watermark]],
+                older_watermarks: Callable[[], Iterable[LandedWatermark]],
                 max_rows: int | None = None, until: Position | None = None,
                 excluded: Collection[str] = (),
                 generation_starts: Sequence[int] = ()) -> BronzeScan:
@@ -170,7 +172,7 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
         (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))).select(
         "schema_name", "table_name", "op", "commit_lsn", "change_index",
         F.unix_micros("commit_ts").alias("commit_micros"), "message_content").collect()
-    marks: list[Watermark] = []
+    marks: list[LandedWatermark] = []
     for r in control:
         position = (r.commit_lsn, r.change_index)
         if r.op == OP_TRUNCATE:
@@ -195,10 +197,10 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
     return BronzeScan(upto, max(newest) if newest else None, tables)
 
 
-def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
+def _add_windows(tables: dict[str, TableScan], marks: list[LandedWatermark],
                  bounds: dict[str, Position], default: Position,
                  scope: Iterable[str] | None,
-                 older_watermarks: Callable[[], Iterable[Watermark]],
+                 older_watermarks: Callable[[], Iterable[LandedWatermark]],
                  excluded: Collection[str]) -> None:
     in_scope = None if scope is None else set(scope)
     highs = [m for m in marks if m.kind == "high"
@@ -209,7 +211,7 @@ def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
     lows = {(m.backfill_id, m.chunk_id) for m in marks if m.kind == "low"}
     if any((h.backfill_id, h.chunk_id) not in lows for h in highs):
         marks = marks + list(older_watermarks())
-    by_table: dict[str, list[Watermark]] = {}
+    by_table: dict[str, list[LandedWatermark]] = {}
     wanted = {(h.backfill_id, h.chunk_id) for h in highs}
     for m in marks:
         if (m.backfill_id, m.chunk_id) in wanted and (m.kind == "low" or m in highs):
@@ -222,10 +224,10 @@ def _add_windows(tables: dict[str, TableScan], marks: list[Watermark],
             scan.window_error = str(exc)
 
 
-def _add_resync_floors(tables: dict[str, TableScan], marks: list[Watermark],
+def _add_resync_floors(tables: dict[str, TableScan], marks: list[LandedWatermark],
                        changes: DataFrame, bounds: dict[str, Position], default: Position,
                        scope: Iterable[str] | None,
-                       older_watermarks: Callable[[], Iterable[Watermark]],
+                       older_watermarks: Callable[[], Iterable[LandedWatermark]],
                        excluded: Collection[str], starts: Sequence[int]) -> None:
     ends = [m for m in marks if m.kind == "resync" and m.table not in excluded
             and (scope is None or m.table in set(scope))
@@ -243,12 +245,12 @@ def _add_resync_floors(tables: dict[str, TableScan], marks: list[Watermark],
         scan.closings.append(Closing(end.position, micros, floor))
 
 
-def watermarks_before(changes: DataFrame, before: Position) -> list[Watermark]:
+def watermarks_before(changes: DataFrame, before: Position) -> list[LandedWatermark]:
     """All watermark messages at or before `before` (a chunk's low may be that old)."""
     rows = changes.filter(
         (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX)
-        & ~is_after(F.col("commit_lsn"), F.col("change_index"),
-                    F.lit(before[0]), F.lit(before[1])))
+        & is_before_position(F.col("commit_lsn"), F.col("change_index"), before,
+                             inclusive=True))
     return [parse_watermark(bytes(r.message_content), (r.commit_lsn, r.change_index),
                             utc_from_micros(r.commit_micros))
             for r in rows.select("commit_lsn", "change_index",

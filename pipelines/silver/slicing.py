@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
-from pipelines.silver.watermarks import Position
+from pipelines.positions import Position
 
 BUCKETS = 1024  # commit-LSN buckets the new rows are counted in: a slice ends at one's end
 LAST_INDEX = (1 << 63) - 1  # a position after every change of a commit LSN

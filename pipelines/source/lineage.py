@@ -29,7 +29,7 @@ from psycopg import pq
 
 from pipelines.bronze.generations import Generation, Registry
 from pipelines.errors import SourceError
-from pipelines.ingest.lsn import format_lsn, parse_lsn
+from pipelines.positions import format_lsn, parse_lsn
 from pipelines.lake import Lake
 from pipelines.source.text_format import with_text_format
 

@@ -15,7 +15,7 @@ from psycopg import sql
 from pipelines.config import ALL_TABLES, SourceConfig
 from pipelines.errors import SourceError
 from pipelines.ingest.bronze_writer import landed_lsn
-from pipelines.ingest.lsn import format_lsn
+from pipelines.positions import format_lsn
 from pipelines.lake import Lake
 from pipelines.source.connection import connect
 from pipelines.source.lineage import (

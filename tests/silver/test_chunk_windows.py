@@ -3,8 +3,8 @@ import json
 import pytest
 
 from pipelines.errors import DataError
-from pipelines.silver.watermarks import (
-    ChunkWindow, Snapshot, Watermark, chunk_windows, invisible_to_snapshot, parse_watermark)
+from pipelines.silver.chunk_windows import (
+    ChunkWindow, Snapshot, LandedWatermark, chunk_windows, invisible_to_snapshot, parse_watermark)
 
 EPOCH1 = 1 << 32
 SNAPSHOT = Snapshot(xmin=EPOCH1 + 5, xmax=EPOCH1 + 20, xip=(EPOCH1 + 7, EPOCH1 + 9))
@@ -42,7 +42,7 @@ def test_high_without_low_and_malformed_messages_are_data_errors():
         parse_watermark(b'{"kind": "middle"}', (1, 0))
     with pytest.raises(DataError, match="malformed"):
         mark("high", 20, snapshot={"xmin": 5, "xmax": 3, "xip": []})
-    assert isinstance(mark("low", 1), Watermark)
+    assert isinstance(mark("low", 1), LandedWatermark)
 
 
 @pytest.mark.spark

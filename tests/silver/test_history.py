@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 
-from pipelines.silver.history import fill_from_base, history_versions, position_number
+from pipelines.positions import position_number
+from pipelines.silver.history import fill_from_base, history_versions
 from pipelines.silver.scan import Closing
 
 pytestmark = pytest.mark.spark

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from test_job import ITEMS, history as every_kind_of_change
 
-from pipelines.silver.history import position_number
+from pipelines.positions import position_number
 from pipelines.silver.job import run_silver
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,7 @@ from bronze_builder import assert_frames
 
 from pipelines.silver.reconcile import (
     TRUNCATE_SCHEMA, WINDOW_SCHEMA, reconcile_chunks, window_rows)
-from pipelines.silver.watermarks import ChunkWindow, Snapshot
+from pipelines.silver.chunk_windows import ChunkWindow, Snapshot
 
 pytestmark = pytest.mark.spark
 

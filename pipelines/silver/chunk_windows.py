@@ -21,13 +21,11 @@ from pyspark.sql import functions as F
 from pipelines.bronze.watermarks import HALF_RING, XID_MODULO, Snapshot
 from pipelines.bronze.watermarks import parse_watermark as parse_body
 from pipelines.errors import DataError
-
-Position = tuple[int, int]  # (commit_lsn, change_index)
-
+from pipelines.positions import Position
 
 
 @dataclass(frozen=True)
-class Watermark:
+class LandedWatermark:
     """One watermark message as it landed in bronze: its content plus its position."""
 
     backfill_id: str
@@ -55,24 +53,24 @@ class ChunkWindow:
 
 
 def parse_watermark(content: bytes | str, position: Position,
-                    commit_ts: datetime | None = None) -> Watermark:
+                    commit_ts: datetime | None = None) -> LandedWatermark:
     """Decode a watermark message found at `position` in bronze/changes."""
     try:
         body = parse_body(content)
     except DataError as exc:
         raise DataError(f"bronze/changes at position {position}: {exc}") from exc
-    return Watermark(body.backfill_id, body.chunk_id, body.table, body.kind, position,
+    return LandedWatermark(body.backfill_id, body.chunk_id, body.table, body.kind, position,
                      commit_ts, body.snapshot, body.rows)
 
 
-def chunk_windows(watermarks: Iterable[Watermark]) -> list[ChunkWindow]:
+def chunk_windows(watermarks: Iterable[LandedWatermark]) -> list[ChunkWindow]:
     """The chunks whose high watermark is among `watermarks`, with their low one.
 
     A chunk id is emitted once, but should a watermark be in bronze twice the earliest
     of each kind counts. A high without its low is corrupt input.
     """
-    lows: dict[tuple[str, int], Watermark] = {}
-    highs: dict[tuple[str, int], Watermark] = {}
+    lows: dict[tuple[str, int], LandedWatermark] = {}
+    highs: dict[tuple[str, int], LandedWatermark] = {}
     for mark in sorted(watermarks, key=lambda m: m.position):
         (lows if mark.kind == "low" else highs).setdefault((mark.backfill_id, mark.chunk_id),
                                                            mark)

@@ -1,10 +1,10 @@
-"""LSN text form <-> integer, as Postgres's pg_lsn type spells it."""
+"""Positions: the LSN text form as Postgres's pg_lsn type spells it, and the sortable number."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.ingest.lsn import MAX_LSN, format_lsn, parse_lsn
+from pipelines.positions import INDEX_DIGITS, MAX_LSN, format_lsn, parse_lsn, position_number
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,10 @@ def test_format_rejects_out_of_range(lsn):
 def test_format_rejects_non_integers():
     with pytest.raises(TypeError):
         format_lsn(1.0)  # type: ignore[arg-type]
+
+
+def test_position_number_sorts_as_positions_do():
+    positions = [(0, 0), (0, 9), (1, 0), (1, 10), (2**63, 0), (MAX_LSN, 10**INDEX_DIGITS - 1)]
+    numbers = [position_number(p) for p in positions]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert position_number((0x16_B374D848, 7)) == 0x16_B374D848 * 10**10 + 7
