@@ -47,10 +47,10 @@ from pipelines.engine import get_spark
 from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
 from pipelines.lake import Lake
-from pipelines.recover import run_recover
+from pipelines.recover.run import run_recover
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
-from pipelines.verify import format_diffs, run_verify
+from pipelines.verify.run import format_diffs, run_verify
 
 TABLE = "public.bench"
 GAP_CHANGES = ("DELETE FROM bench WHERE id % 100 = 0",

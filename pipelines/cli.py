@@ -12,7 +12,6 @@ import importlib
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Callable, Sequence
 
 import psycopg
@@ -23,22 +22,23 @@ from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
 from pipelines.errors import ConfigError, LakehouseError, SourceError, StorageError
 from pipelines.extras import install_hint
 from pipelines.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging, report
-from pipelines.metrics import add_port_argument
 from pipelines.storage import redact
 
 log = logging.getLogger("lakehouse")
 BROKEN_PIPE_EXIT = 141  # as a process killed by SIGPIPE reports it (128 + 13)
 
-# Verbs defined next to their code: each module has add_parser(verbs), which registers a
-# subparser whose defaults carry handler(args, config) -> exit code.
+# Each verb is its package's `command` module: add_parser(verbs) registers a subparser
+# whose defaults carry handler(args, config) -> exit code. In the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
+    "pipelines.source.command",  # setup
+    "pipelines.demo.command",
     "pipelines.ingest.command",
     "pipelines.backfill.command",
     "pipelines.silver.command",
     "pipelines.gold.command",
-    "pipelines.verify_command",
-    "pipelines.recover",
-    "pipelines.continuous",
+    "pipelines.verify.command",
+    "pipelines.recover.command",
+    "pipelines.continuous.command",  # run
     "pipelines.sql.command",
 )
 
@@ -75,15 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
                         f"object per line, for shipped logs) (default: ${LOG_FORMAT_ENV} or "
                         "%(default)s)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_parser(verbs)
+        if module == "pipelines.source.command":
+            _add_status(verbs)
+    return parser
 
-    setup = verbs.add_parser(
-        "setup", help="check the source and create the publication and slot (idempotent)",
-        description="Check wal_level, replication capacity, the REPLICATION privilege and "
-        "that every configured table has a primary key or replica identity index; then "
-        "create the publication and the pgoutput replication slot if missing. Safe to "
-        "run again: it changes nothing when everything is in place.")
-    setup.set_defaults(handler=_setup)
 
+def _add_status(verbs: argparse._SubParsersAction) -> None:
     status = verbs.add_parser(
         "status", help="replication lag and pipeline freshness",
         description="Report every layer: the replication slot (active, lag, WAL retained), "
@@ -94,72 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
 
-    demo = verbs.add_parser(
-        "demo", help="run the pipeline end to end on embedded defaults",
-        description="Start an embedded Postgres with a time-tracking schema and seed rows "
-        "under --workdir, set up replication, then run the ingest, the backfill, a concurrent "
-        "workload and silver together; catch up, build gold, verify silver against the "
-        "source, print the reports and a timing summary. Exit 0 only if verify passed. "
-        "Needs no --config. Writes WORKDIR/lakehouse.yml: with it the lake-side verbs "
-        "(status, silver, gold) work on the demo lake afterwards; the demo's Postgres is "
-        "stopped at the end. A second run without --fresh continues from the existing "
-        "database and lake.")
-    demo.add_argument("--workdir", type=Path, default=Path(".lakehouse"),
-                      help="where the demo keeps its Postgres data and lake (default: %(default)s)")
-    demo.add_argument("--rows", type=int, default=20_000,
-                      help="time entries seeded before the slot exists (default: %(default)s)")
-    demo.add_argument("--seconds", type=float, default=20.0,
-                      help="how long the concurrent workload runs (default: %(default)s)")
-    demo.add_argument("--shape", choices=("recent", "uniform"), default="recent",
-                      help="the workload's shape: recent (new entries, edits and deletes of "
-                      "the newest 1%%, as in a real time tracker) or uniform (edits and "
-                      "deletes anywhere) (default: %(default)s)")
-    demo.add_argument("--fresh", action="store_true",
-                      help="delete the demo database and lake first")
-    demo.add_argument("--port", type=int, default=54329,
-                      help="port of the embedded Postgres (default: %(default)s)")
-    demo.add_argument("--engine", choices=("local", "spark"), default="local",
-                      help="where silver, gold and verify run: local (Sail, embedded) or "
-                      "spark (classic Spark with Delta Lake, local[*]; needs Java 17+, "
-                      "fetches delta-spark from Maven Central on first use) "
-                      "(default: %(default)s)")
-    add_port_argument(demo, "while it runs (for a look at the metrics `lakehouse run` "
-                      "serves; a longer --seconds leaves time to scrape): ")
-    demo.set_defaults(handler=_demo, needs_config=False)
-
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).add_parser(verbs)
-    return parser
-
-
-def _setup(args: argparse.Namespace, config: Config) -> int:
-    from pipelines.lake import Lake
-    from pipelines.source.setup import run_setup
-
-    lake = Lake.from_config(config)
-    lake.check_conditional_writes()
-    report = run_setup(config.source, lake)
-    print(f"tables:      {', '.join(report.tables)}")
-    print(f"publication: {config.source.publication} "
-          f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")
-    print(f"slot:        {config.source.slot} "
-          f"({'created' if report.slot_created else 'exists'}, at {report.slot_lsn})")
-    print(f"lake:        {lake.root}" + ("" if lake.is_local else " (conditional writes: ok)"))
-    return 0
-
 
 def _status(args: argparse.Namespace, config: Config) -> int:
     from pipelines.status import print_status
 
     return print_status(config, as_json=args.json)
-
-
-def _demo(args: argparse.Namespace, config: None) -> int:
-    from pipelines.demo.run import DemoOptions, run_demo
-
-    return run_demo(DemoOptions(workdir=args.workdir, rows=args.rows, seconds=args.seconds,
-                                fresh=args.fresh, port=args.port, engine=args.engine,
-                                shape=args.shape, metrics_port=args.metrics_port))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

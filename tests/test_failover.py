@@ -31,11 +31,11 @@ from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake
-from pipelines.recover import run_recover
+from pipelines.recover.run import run_recover
 from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
-from pipelines.verify import run_verify
+from pipelines.verify.run import run_verify
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

@@ -30,7 +30,7 @@ from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
 from pipelines.status import lake_status, status_lines
-from pipelines.verify import Scratch, differences, source_snapshot
+from pipelines.verify.run import Scratch, differences, source_snapshot
 from tests.support.demo import seeded
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark

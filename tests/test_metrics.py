@@ -16,11 +16,12 @@ from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
 from rich.console import Console
 
-from pipelines import continuous, metrics
+from pipelines import metrics
 from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.progress import BACKFILL, BackfillMetrics, ProgressDisplay, eta_seconds
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import parse_config
+from pipelines.continuous import command as run_command
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
 from pipelines.metrics import merge_samples, serve
@@ -204,12 +205,12 @@ def test_run_starts_its_ingest_before_the_engine_and_stops_it_if_the_engine_fail
         events.append(("engine",))
         raise ConfigError("no engine here")
 
-    monkeypatch.setattr(continuous, "IngestProcess", Child)
+    monkeypatch.setattr(run_command, "IngestProcess", Child)
     monkeypatch.setattr("pipelines.engine.get_spark", no_engine)
     args = argparse.Namespace(config="lakehouse.yml", overrides=["ingest.batch_rows=5"],
                               metrics_port=None)
     with pytest.raises(ConfigError, match="no engine here"):
-        continuous._run(args, config())
+        run_command._run(args, config())
     assert events == [("child", ["ingest.batch_rows=5"]), ("engine",), ("child stopped",)]
 
 

@@ -11,7 +11,7 @@ from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
-from pipelines.verify import run_verify
+from pipelines.verify.run import run_verify
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]
 

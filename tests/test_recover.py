@@ -23,11 +23,11 @@ from pipelines.errors import SourceError
 from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake, read_delta
-from pipelines.recover import run_recover
+from pipelines.recover.run import run_recover
 from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
-from pipelines.verify import run_verify
+from pipelines.verify.run import run_verify
 from tests.slots import drop_slot, invalidate_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]

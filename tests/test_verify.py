@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipelines import verify
+from pipelines.verify import run as verify
 from pipelines.config import parse_config
 from pipelines.lake import read_delta
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
-from pipelines.verify import NotCaughtUp, format_diffs, run_verify
+from pipelines.verify.run import NotCaughtUp, format_diffs, run_verify
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

@@ -14,7 +14,7 @@ from pipelines.config import parse_config
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
-from pipelines.verify import run_verify
+from pipelines.verify.run import run_verify
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

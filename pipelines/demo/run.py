@@ -27,7 +27,7 @@ from rich.text import Text
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.config import CONFIG_ENV, DSN_ENV, Config, load_config
-from pipelines.continuous import IngestProcess
+from pipelines.continuous.run import IngestProcess
 from pipelines.errors import SourceError
 from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
@@ -44,7 +44,7 @@ from pipelines.silver.job import run_silver
 from pipelines.silver.trigger import Trigger
 from pipelines.source.setup import run_setup
 from pipelines.terminal import stdout_console
-from pipelines.verify import format_diffs, run_verify, wait_for_ingest
+from pipelines.verify.run import format_diffs, run_verify, wait_for_ingest
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`lakehouse run`: ingest, silver and gold together, for local use.
+"""`lakehouse run`'s loop: ingest, silver and gold together, for local use.
 
 The ingest runs as its own process (as in production: no JVM, restartable on its own);
 this process applies silver, then gold, as soon as bronze has new commits (at most one
@@ -9,7 +9,6 @@ silver and gold pass applies what landed, so nothing received is left unapplied.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import subprocess
@@ -20,8 +19,7 @@ from typing import IO, TYPE_CHECKING, Mapping, Sequence
 
 from pipelines.config import Config
 from pipelines.errors import ConfigError
-from pipelines.metrics import add_port_argument, count_error
-from pipelines.metrics_collectors import serve_pipeline, watch_ingest
+from pipelines.metrics import count_error
 from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 
@@ -99,36 +97,3 @@ def apply_once(config: Config, spark) -> SilverRunReport:
                  silver.seconds, changes, "" if gold is None else
                  f"; gold {len(gold.written)} report(s) in {gold.seconds:.2f} s")
     return silver
-
-
-def add_parser(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser(
-        "run", help="ingest, silver and gold together (local use)",
-        description="Start the ingest as a child process and apply silver and gold as soon "
-        "as bronze has new commits (at most once per silver.interval_seconds). Ctrl-C (or "
-        "SIGTERM) stops the ingest cleanly, applies what it landed, and exits 0. Exits "
-        "with the ingest's code if it fails.")
-    add_port_argument(parser)
-    parser.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace, config: Config) -> int:
-    from pipelines.engine import get_spark
-
-    overrides = serve_pipeline(config, args.metrics_port)
-    # Started before the engine, right after its metrics port was chosen (so nothing else
-    # takes the port meanwhile); stopped if the engine cannot start.
-    ingest = IngestProcess(args.config, list(args.overrides) + overrides)
-    if overrides:
-        watch_ingest(lambda: ingest.running)
-    try:
-        spark = get_spark(config)
-        # After the engine starts: the in-process Sail server stops itself on SIGINT unless
-        # our handlers replace its own, and the last silver pass still needs it.
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        return run_pipeline(config, ingest, spark, stop)
-    except BaseException:
-        ingest.stop()
-        raise

@@ -1,5 +1,5 @@
-"""`lakehouse verify`'s command line, apart from the comparison (pipelines.verify) so that
-the CLI loads on an install without an engine (docs/install.md)."""
+"""`lakehouse verify`'s command line, apart from the comparison (pipelines.verify.run) so
+that the CLI loads on an install without an engine (docs/install.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace, config: Config) -> int:
     from pipelines.engine import get_spark
-    from pipelines.verify import NotCaughtUp, format_diffs, run_verify
+    from pipelines.verify.run import NotCaughtUp, format_diffs, run_verify
 
     spark = get_spark(config)
     try:

@@ -1,0 +1,1 @@
+"""`lakehouse recover`: continue in place after a lost slot or a failover."""
