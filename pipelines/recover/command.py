@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines.config import Config
-from pipelines.ingest.lsn import format_lsn
+from pipelines.positions import format_lsn
 
 
 def add_parser(verbs: argparse._SubParsersAction) -> None:
