@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Callable, Collection, Iterable, Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from pipelines.bronze.schema import (
@@ -133,9 +133,34 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
     """
     older_watermarks = cache(older_watermarks)
     rows = new_rows(changes, bounds, default, scope, until, excluded)
+    summary = _summarize(rows)
+    if not summary:
+        return BronzeScan(None, None, {})
+    upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
+    newest = [r.newest for r in summary if r.newest is not None]
+    tables = _table_scans(summary)
+    marks = _add_controls(tables, rows)
+    _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
+    if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
+        end = first_slice_end(rows, min(r.first for r in summary), upto[0],
+                              [(w.high, w.rows or 0) for t in tables.values()
+                               for w in t.windows], max_rows)
+        if end is not None:
+            return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
+                                       until=end, excluded=excluded,
+                                       generation_starts=generation_starts), sliced=True)
+    _add_resync_floors(tables, marks, changes, bounds, default, scope, older_watermarks,
+                       excluded, generation_starts)
+    return BronzeScan(upto, max(newest) if newest else None, tables)
+
+
+def _summarize(rows: DataFrame) -> list[Row]:
+    """One action: per table, its newest shape, its row changes by kind, whether some
+    update moved a key or left a column unchanged, and its newest and first positions
+    and newest commit time (messages: one row with a null table)."""
     position = F.struct("commit_lsn", "change_index")
     shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
-    summary = rows.groupBy("schema_name", "table_name").agg(
+    return rows.groupBy("schema_name", "table_name").agg(
         F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
                  F.when(shaped & (F.col("op") != OP_MESSAGE), position)).alias("shape"),
         *(F.count(F.when(F.col("op") == op, F.lit(1))).alias(op)
@@ -148,17 +173,15 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
         F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
         F.min("commit_lsn").alias("first"),
     ).collect()
-    if not summary:
-        return BronzeScan(None, None, {})
-    upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
-    first = min(r.first for r in summary)
-    newest = [r.newest for r in summary if r.newest is not None]
+
+
+def _table_scans(summary: Sequence[Row]) -> dict[str, TableScan]:
+    """Each summarized table's scan: its counts, flags and shape (or why it has none)."""
     tables: dict[str, TableScan] = {}
     for r in summary:
         if r.schema_name is None:
             continue
-        scan = tables.setdefault(f"{r.schema_name}.{r.table_name}",
-                                 TableScan(f"{r.schema_name}.{r.table_name}"))
+        scan = _table_scan(tables, f"{r.schema_name}.{r.table_name}")
         scan.inserts, scan.updates, scan.deletes = r[OP_INSERT], r[OP_UPDATE], r[OP_DELETE]
         scan.moved = bool(r.moved)
         scan.unchanged = frozenset(r.unchanged or ())
@@ -167,7 +190,12 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
                 scan.shape = shape_from_row(r.schema_name, r.table_name, r.shape)
             except DataError as exc:
                 scan.shape_error = str(exc)
+    return tables
 
+
+def _add_controls(tables: dict[str, TableScan], rows: DataFrame) -> list[LandedWatermark]:
+    """One action: record the truncates among `rows` on their tables' scans, and return
+    the backfill watermarks among them."""
     control = rows.filter((F.col("op") == OP_TRUNCATE) | (
         (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))).select(
         "schema_name", "table_name", "op", "commit_lsn", "change_index",
@@ -176,25 +204,18 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
     for r in control:
         position = (r.commit_lsn, r.change_index)
         if r.op == OP_TRUNCATE:
-            scan = tables.setdefault(f"{r.schema_name}.{r.table_name}",
-                                     TableScan(f"{r.schema_name}.{r.table_name}"))
+            scan = _table_scan(tables, f"{r.schema_name}.{r.table_name}")
             scan.truncate = max(scan.truncate or position, position)
             scan.closings.append(Closing(position, r.commit_micros, position))
         else:
             marks.append(parse_watermark(bytes(r.message_content), position,
                                          utc_from_micros(r.commit_micros)))
-    _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
-    if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
-        end = first_slice_end(rows, first, upto[0], [(w.high, w.rows or 0) for t in
-                                                     tables.values() for w in t.windows],
-                              max_rows)
-        if end is not None:
-            return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
-                                       until=end, excluded=excluded,
-                                       generation_starts=generation_starts), sliced=True)
-    _add_resync_floors(tables, marks, changes, bounds, default, scope, older_watermarks,
-                       excluded, generation_starts)
-    return BronzeScan(upto, max(newest) if newest else None, tables)
+    return marks
+
+
+def _table_scan(tables: dict[str, TableScan], name: str) -> TableScan:
+    """`name`'s scan in `tables`, added empty when it has none yet."""
+    return tables.setdefault(name, TableScan(name))
 
 
 def _add_windows(tables: dict[str, TableScan], marks: list[LandedWatermark],
@@ -217,7 +238,7 @@ def _add_windows(tables: dict[str, TableScan], marks: list[LandedWatermark],
         if (m.backfill_id, m.chunk_id) in wanted and (m.kind == "low" or m in highs):
             by_table.setdefault(m.table, []).append(m)
     for table, table_marks in by_table.items():
-        scan = tables.setdefault(table, TableScan(table))
+        scan = _table_scan(tables, table)
         try:
             scan.windows = chunk_windows(table_marks)
         except DataError as exc:
@@ -236,7 +257,7 @@ def _add_resync_floors(tables: dict[str, TableScan], marks: list[LandedWatermark
         return
     every = marks + list(older_watermarks())
     for end in ends:
-        scan = tables.setdefault(end.table, TableScan(end.table))
+        scan = _table_scan(tables, end.table)
         floor = resync_floor(changes, end.table,
                              [m for m in every if m.backfill_id == end.backfill_id], starts)
         scan.truncate = max(scan.truncate or floor, floor)
