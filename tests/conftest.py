@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import psycopg
 import pytest
 
 from pipelines.embedded_pg import DEFAULT_VERSION, EmbeddedPostgres, bin_dir, free_port
 from tests.support.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
 from tests.support.object_stores import StoreServer, start_azurite, start_minio
-from tests.support.slots import drop_slot
+from tests.support.postgres import fresh_database
 
 ENGINES = ("sail", "spark")
 POSTGRES_VERSIONS = (15, 16, 18)
@@ -100,21 +97,6 @@ def pg_server(postgres_version: int) -> Iterator[EmbeddedPostgres]:
     yield server
     server.stop()
     shutil.rmtree(base, ignore_errors=True)
-
-
-@contextmanager
-def fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
-    """A new database on `server`; it and its replication slots are dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield server.dsn(name)
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        slots = conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
-                             (name,)).fetchall()
-        for (slot,) in slots:  # a slot left behind is in the way of every later test
-            drop_slot(server.dsn(), slot)  # also while its walsender is still exiting
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

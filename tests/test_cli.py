@@ -1,16 +1,10 @@
-import subprocess
-import sys
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args],
-                          capture_output=True, text=True, env=env)
+from tests.support.cli import lakehouse
 
 
 def test_bad_config_exits_2_with_message_and_no_traceback(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text("source: {dsn: x}\nengine: flink\n")
-    result = run_cli("--config", str(bad), "status")
+    result = lakehouse(bad, "status", check=False)
     assert result.returncode == 2
     assert ("engine: got 'flink', expected one of local, spark, connect, databricks"
             in result.stderr)
@@ -20,14 +14,14 @@ def test_bad_config_exits_2_with_message_and_no_traceback(tmp_path):
 def test_unreachable_source_exits_3(tmp_path):
     config = tmp_path / "c.yml"
     config.write_text("source: {dsn: 'host=127.0.0.1 port=1 user=x dbname=x'}\n")
-    result = run_cli("--config", str(config), "status")
+    result = lakehouse(config, "status", check=False)
     assert result.returncode == 3, result.stderr
     assert "source: unreachable (cannot connect to the source database" in result.stdout
     assert "bronze: empty (run lakehouse ingest)" in result.stdout  # the lake side still shows
 
 
 def test_help_explains_every_verb():
-    result = run_cli("--help")
+    result = lakehouse(None, "--help", check=False)
     assert result.returncode == 0
     for verb in ("setup", "ingest", "backfill", "silver", "gold", "verify", "run", "status",
                  "demo"):

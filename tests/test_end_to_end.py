@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import psycopg
@@ -19,22 +18,20 @@ from pipelines.embedded_pg import free_port
 from pipelines.lake import read_delta
 from pipelines.source.setup import run_setup
 from pipelines.config import SourceConfig
+from tests.support.cli import lakehouse, start_lakehouse
+from tests.support.config import write_config
 from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark
-
-
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True,
-                          text=True, **kwargs)
 
 
 def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     workdir = tmp_path / "demo"
     workdir.parent.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}  # the CLI's default
-    result = cli("demo", "--workdir", str(workdir), "--rows", "1500", "--seconds", "3",
-                 "--port", str(free_port()), "--engine", config_engine, timeout=600, env=env)
+    result = lakehouse(None, "demo", "--workdir", str(workdir), "--rows", "1500", "--seconds",
+                       "3", "--port", str(free_port()), "--engine", config_engine, env=env,
+                       check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for table in ("users", "clients", "projects", "project_members", "time_entries"):
@@ -59,17 +56,14 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
     reports.mkdir()
     (reports / "note_count.sql").write_text("SELECT count(*) AS notes FROM lakehouse_silver.notes")
     (reports / "broken.sql").write_text("SELECT nope FROM lakehouse_silver.notes")
-    config_path = tmp_path / "lakehouse.yml"
-    config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": source_dsn, "tables": ["public.notes"]},
-        "lake": {"path": str(tmp_path / "lake")}, "engine": config_engine,
-        "gold": {"reports": str(reports)},
-        "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
-        "ingest": {"batch_seconds": 0.2}, "silver": {"interval_seconds": 1}}))
+    config_path = write_config(
+        tmp_path / "lakehouse.yml", source_dsn, tmp_path / "lake", ["public.notes"],
+        engine=config_engine, gold={"reports": str(reports)},
+        spark={"master": "local[2]", "conf": CLASSIC_TEST_CONF},
+        ingest={"batch_seconds": 0.2}, silver={"interval_seconds": 1})
     run_setup(SourceConfig(source_dsn, tables=("public.notes",)))
     log = (tmp_path / "run.log").open("w")  # not a pipe: nobody reads it while it runs
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config", str(config_path),
-                             "run"], stdout=log, stderr=subprocess.STDOUT)
+    proc = start_lakehouse(config_path, "run", stdout=log, stderr=subprocess.STDOUT)
     try:
         with psycopg.connect(source_dsn) as conn:
             conn.execute("INSERT INTO notes SELECT g, 'n' || g FROM generate_series(1, 20) g")
@@ -78,7 +72,7 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
               and read_delta(silver, ["id"]).num_rows == 20)
 
         def status() -> dict:
-            done = cli("--config", str(config_path), "status", "--json")
+            done = lakehouse(config_path, "status", "--json", check=False)
             assert done.returncode == 0, done.stderr
             return json.loads(done.stdout)
         # silver records its progress after its MERGE statements: wait for that too

@@ -7,15 +7,17 @@ a standalone Sail server."""
 
 from __future__ import annotations
 
+import os
 import secrets
 
 import pytest
-import yaml
 
 from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
+from tests.support.cli import lakehouse
+from tests.support.config import write_config
 from tests.support.connect_servers import start_sail, start_spark_connect
-from tests.verbs import change_after_snapshot, lakehouse, seeded
+from tests.support.demo import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
@@ -39,19 +41,17 @@ def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_pa
                                                               engine, token):
     seeded(source_dsn)
     lake = tmp_path / "lake"
-    settings = {"source": {"dsn": source_dsn, "tables": DEMO_TABLES},
-                "lake": {"path": str(lake)}, "engine": "connect",
-                "gold": {"reports": str(DEMO_REPORTS)}}
-    config = tmp_path / "lakehouse.yml"
-    config.write_text(yaml.safe_dump({**settings, "connect": {"url": server.url}}))
-    remote = tmp_path / "remote.yml"  # PySpark's own variable stands in for connect.url
-    remote.write_text(yaml.safe_dump(settings))
+    settings = {"engine": "connect", "gold": {"reports": str(DEMO_REPORTS)}}
+    config = write_config(tmp_path / "lakehouse.yml", source_dsn, lake, DEMO_TABLES,
+                          connect={"url": server.url}, **settings)
+    # PySpark's own variable stands in for connect.url
+    remote = write_config(tmp_path / "remote.yml", source_dsn, lake, DEMO_TABLES, **settings)
     lakehouse(config, "setup")
     lakehouse(config, "backfill")
     change_after_snapshot(source_dsn)
     lakehouse(config, "ingest", "--until-idle", "2")
 
-    authenticated = {TOKEN_ENV: token} if engine == "spark" else {}
+    authenticated = {**os.environ, **({TOKEN_ENV: token} if engine == "spark" else {})}
     silver = lakehouse(config, "silver", env=authenticated)
     lakehouse(config, "gold", env=authenticated)
     verified = lakehouse(remote, "verify", env={**authenticated, "SPARK_REMOTE": server.url})
@@ -73,12 +73,10 @@ def test_a_spark_connect_server_refuses_a_client_without_its_token(engine, tmp_p
                                                                     server, source_dsn):
     if engine != "spark":
         pytest.skip("a standalone Sail server has no authentication")
-    config = tmp_path / "lakehouse.yml"
-    config.write_text(yaml.safe_dump({
-        "source": {"dsn": source_dsn}, "lake": {"path": str(tmp_path / "lake")},
-        "engine": "connect", "connect": {"url": server.url}}))
+    config = write_config(tmp_path / "lakehouse.yml", source_dsn, tmp_path / "lake",
+                          engine="connect", connect={"url": server.url})
 
-    refused = lakehouse(config, "silver", env={TOKEN_ENV: "wrong"}, check=False)
+    refused = lakehouse(config, "silver", env={**os.environ, TOKEN_ENV: "wrong"}, check=False)
 
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert f"engine connect: cannot open a session on {server.url}" in refused.stderr

@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from pipelines.demo.run import DEMO_TABLES
-from tests.verbs import change_after_snapshot, seeded
+from tests.support.demo import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.install, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[1]

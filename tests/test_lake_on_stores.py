@@ -10,13 +10,14 @@ import textwrap
 
 import psycopg
 import pyarrow as pa
-import yaml
 from deltalake import write_deltalake
 
 import pipelines.lake as lake_module
 from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.ingest.bronze_writer import BronzeWriter, read_progress
 from pipelines.lake import Lake, read_delta, trim_log
+from tests.support.cli import lakehouse
+from tests.support.config import write_config
 from tests.support.object_stores import StoreServer
 
 
@@ -115,27 +116,20 @@ def test_the_ingest_spills_streamed_transactions_to_local_disk_on_a_store(s3, tm
         local.close()
 
 
-def lakehouse(config, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                           *args], capture_output=True, text=True, timeout=300)
-
-
 def test_setup_checks_the_store_refuses_to_overwrite_and_bad_credentials_exit_5(
         s3, source_dsn, tmp_path, monkeypatch):
-    config = tmp_path / "lakehouse.yml"
-    config.write_text(yaml.safe_dump({
-        "source": {"dsn": source_dsn},
-        "lake": {"path": s3.new_lake(), "storage_options": s3.storage_options}}))
+    config = write_config(tmp_path / "lakehouse.yml", source_dsn, s3.new_lake(),
+                          storage_options=s3.storage_options)
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-    done = lakehouse(config, "setup")
+    done = lakehouse(config, "setup", check=False)
     assert done.returncode == 0, done.stderr
     assert "(conditional writes: ok)" in done.stdout
 
     wrong = "wrong-secret-" + "x" * 20
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
     for verb in (["status"], ["-v", "setup"], ["-v", "ingest", "--until-idle", "1"]):
-        failed = lakehouse(config, *verb)
+        failed = lakehouse(config, *verb, check=False)
         assert failed.returncode == 5, failed.stderr[-2000:]
         assert "lake storage error" in failed.stderr
         assert wrong not in failed.stdout + failed.stderr

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+
+from tests.support.cli import lakehouse
 
 SECRET = "s3cr3t-value-123"
-
-
-def lakehouse(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -24,8 +19,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 def test_json_logs_are_one_object_per_line_with_secrets_redacted(tmp_path):
     config = tmp_path / "c.yml"
     config.write_text(f"source: {{dsn: x}}\nengine: {SECRET}\n")  # the error quotes it
-    result = lakehouse("--log-format", "json", "-v", "--config", str(config), "status",
-                       env=clean_env(AWS_SECRET_ACCESS_KEY=SECRET))
+    result = lakehouse(None, "--log-format", "json", "-v", "--config", str(config), "status",
+                       env=clean_env(AWS_SECRET_ACCESS_KEY=SECRET), check=False)
     assert result.returncode == 2
     records = [json.loads(line) for line in result.stderr.splitlines()]  # every line
     [failed] = [r for r in records if r["message"] == "failed"]
@@ -36,11 +31,11 @@ def test_json_logs_are_one_object_per_line_with_secrets_redacted(tmp_path):
     assert records[-1]["message"].startswith("lakehouse status: error: engine: got '***'")
     assert SECRET not in json.dumps(records)
 
-    same = lakehouse("--config", str(config), "status",
+    same = lakehouse(config, "status", check=False,
                      env=clean_env(AWS_SECRET_ACCESS_KEY=SECRET, LAKEHOUSE_LOG_FORMAT="json"))
     assert same.returncode == 2  # the variable is the flag's default
     assert [json.loads(line)["level"] for line in same.stderr.splitlines()] == ["ERROR"]
-    bad = lakehouse("--config", str(config), "status", env=clean_env(LAKEHOUSE_LOG_FORMAT="xml"))
+    bad = lakehouse(config, "status", env=clean_env(LAKEHOUSE_LOG_FORMAT="xml"), check=False)
     assert bad.returncode == 2 and "$LAKEHOUSE_LOG_FORMAT: got 'xml'" in bad.stderr
 
 
@@ -50,11 +45,12 @@ def test_the_embedded_engine_logs_only_with_verbose(tmp_path):
     config = tmp_path / "c.yml"
     config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{tmp_path / 'lake'}'}}\n"
                       "gold: {reports: gold}\n")
-    quiet = lakehouse("--config", str(config), "gold", env=clean_env())
+    quiet = lakehouse(config, "gold", env=clean_env(), check=False)
     assert quiet.returncode == 0, quiet.stderr
     assert "pipelines.engine: local engine: Sail" in quiet.stderr  # the session did start
     assert "sail" not in quiet.stderr.replace("Sail Spark Connect server", "")
-    verbose = lakehouse("-v", "--config", str(config), "gold", env=clean_env())
+    verbose = lakehouse(None, "-v", "--config", str(config), "gold", env=clean_env(),
+                        check=False)
     assert verbose.returncode == 0, verbose.stderr
     assert "INFO sail_python::spark::server] The Spark Connect server has stopped." in \
         verbose.stderr

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import socket
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from deltalake.exceptions import DeltaError
@@ -20,17 +17,18 @@ from pipelines import metrics
 from pipelines.backfill.bronze import SnapshotWriter
 from pipelines.backfill.progress import BACKFILL, BackfillMetrics, ProgressDisplay, eta_seconds
 from pipelines.backfill.runner import BackfillOptions, run_backfill
-from pipelines.config import parse_config
 from pipelines.continuous import command as run_command
 from pipelines.embedded_pg import free_port
 from pipelines.errors import ConfigError
 from pipelines.metrics import merge_samples, serve
 from pipelines.metrics_collectors import serve_pipeline, watch_ingest
-from tests.backfill.conftest import backfill, make_config, setup_source
+from tests.support.backfill import backfill, setup_source
+from tests.support.cli import lakehouse
+from tests.support.config import make_config
 
 
 def config(**metrics):
-    return parse_config({"source": {"dsn": "host=x"}, "metrics": metrics}, Path("."), {})
+    return make_config("host=x", metrics=metrics)
 
 
 @pytest.mark.parametrize("done, estimate, rows, elapsed, expected", [
@@ -153,8 +151,7 @@ def test_port_errors_exit_2_before_any_work(tmp_path):
     path = tmp_path / "lakehouse.yml"
     path.write_text("source: {dsn: 'host=127.0.0.1 port=1 dbname=x'}\n")
     for args in (["ingest", "--metrics-port", "0"], ["silver", "--metrics-port", "9187"]):
-        result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(path),
-                                 *args], capture_output=True, text=True, timeout=120)
+        result = lakehouse(path, *args, check=False)
         assert result.returncode == 2, result.stderr
         assert "--metrics-port" in result.stderr and "Traceback" not in result.stderr
 
@@ -170,9 +167,8 @@ def test_no_endpoint_asked_no_port_for_the_ingest_child(monkeypatch):
 def test_the_pipelines_endpoint_can_be_served_twice_in_one_process(tmp_path):
     """A second demo in one process (a notebook, tests): the same names registered again
     replace the first endpoint's collectors instead of raising 'Duplicated timeseries'."""
-    refused = parse_config({"source": {"dsn": "host=127.0.0.1 port=1 connect_timeout=1"},
-                            "lake": {"path": str(tmp_path / "lake")},
-                            "metrics": {"address": "127.0.0.1"}}, tmp_path, {})
+    refused = make_config("host=127.0.0.1 port=1 connect_timeout=1", tmp_path / "lake",
+                          base_dir=tmp_path, metrics={"address": "127.0.0.1"})
     try:
         for up in (True, False):
             port = free_port()

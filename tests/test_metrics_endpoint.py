@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -15,12 +14,13 @@ from typing import Callable
 
 import psycopg
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.config import SourceConfig
 from pipelines.embedded_pg import free_port
 from pipelines.source.setup import run_setup
+from tests.support.cli import start_lakehouse
+from tests.support.config import write_config
 from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # run and silver use the engine
@@ -90,18 +90,13 @@ def pipeline_config(dsn: str, tmp_path: Path, engine: str) -> Path:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE notes (id serial PRIMARY KEY, body text)")
     run_setup(SourceConfig(dsn, tables=(NOTES,)))
-    path = tmp_path / "lakehouse.yml"
-    path.write_text(yaml.safe_dump({
-        "source": {"dsn": dsn, "tables": [NOTES]},
-        "lake": {"path": str(tmp_path / "lake")}, "engine": engine,
-        "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
-        "ingest": {"batch_seconds": 0.2}, "silver": {"interval_seconds": 1}}))
-    return path
+    return write_config(tmp_path / "lakehouse.yml", dsn, tmp_path / "lake", [NOTES],
+                        engine=engine, spark={"master": "local[2]", "conf": CLASSIC_TEST_CONF},
+                        ingest={"batch_seconds": 0.2}, silver={"interval_seconds": 1})
 
 
 def start(config: Path, log: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             *args], stdout=log.open("w"), stderr=subprocess.STDOUT)
+    return start_lakehouse(config, *args, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
 def stop(process: subprocess.Popen, log: Path) -> None:

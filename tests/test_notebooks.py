@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from pipelines.embedded_pg import free_port
+from tests.support.cli import lakehouse
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
@@ -73,10 +73,9 @@ def demo_workdir() -> Iterator[Path]:
     base.chmod(0o755)  # under root the demo's Postgres runs as an unprivileged user
     workdir = base / "demo"
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "demo", "--workdir", str(workdir),
-             "--rows", "2000", "--seconds", "3", "--port", str(free_port())],
-            cwd=REPO, env=project_env(), capture_output=True, text=True, timeout=300)
+        result = lakehouse(None, "demo", "--workdir", str(workdir), "--rows", "2000",
+                           "--seconds", "3", "--port", str(free_port()), cwd=REPO,
+                           env=project_env(), check=False, timeout=300)
         assert result.returncode == 0, (f"lakehouse demo exited {result.returncode}:\n"
                                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
         yield workdir

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -21,8 +21,10 @@ from pipelines.demo.seed import create_schema, seed
 from pipelines.demo.workload import run_workload
 from pipelines.lake import Lake, read_delta
 from pipelines.storage import SECRET_VARIABLES
+from tests.support import cli
+from tests.support.config import write_config
 from tests.support.engines import CLASSIC_TEST_CONF
-from tests.ingest.conftest import reference_positions
+from tests.support.ingest import reference_positions
 from tests.support.object_stores import StoreServer
 
 pytestmark = pytest.mark.postgres
@@ -31,33 +33,28 @@ pytestmark = pytest.mark.postgres
 class Lakehouse:
     """`lakehouse` commands on one config; remembers everything they printed."""
 
-    def __init__(self, config_path) -> None:
+    def __init__(self, config_path: Path) -> None:
         self.config_path = config_path
         self.output: list[str] = []
 
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "pipelines.cli", "--config", str(self.config_path), *args]
-
-    def __call__(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        result = subprocess.run(self.argv(*args), capture_output=True, text=True,
-                                timeout=timeout)
+    def __call__(self, *args: str) -> subprocess.CompletedProcess:
+        result = cli.lakehouse(self.config_path, *args, check=False)
         self.output += [result.stdout, result.stderr]
         assert result.returncode == 0, f"lakehouse {' '.join(args)}:\n{result.stderr[-4000:]}"
         return result
 
     def start(self, *args: str, log) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), stdout=log, stderr=subprocess.STDOUT)
+        return cli.start_lakehouse(self.config_path, *args, stdout=log,
+                                   stderr=subprocess.STDOUT)
 
 
-def make_config(tmp_path, dsn: str, store: StoreServer, engine: str) -> Lakehouse:
-    path = tmp_path / "lakehouse.yml"
-    path.write_text(yaml.safe_dump({
-        "source": {"dsn": dsn, "tables": DEMO_TABLES},
-        "lake": {"path": store.new_lake(), "storage_options": store.storage_options},
-        "engine": engine, "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF},
-        "ingest": {"batch_seconds": 0.2}, "backfill": {"chunk_size": 200},
-        "gold": {"reports": str(DEMO_REPORTS)}}))
-    return Lakehouse(path)
+def store_lakehouse(tmp_path: Path, dsn: str, store: StoreServer, engine: str) -> Lakehouse:
+    """The demo's tables with a fresh lake on `store`, on `engine`."""
+    return Lakehouse(write_config(
+        tmp_path / "lakehouse.yml", dsn, store.new_lake(), DEMO_TABLES,
+        storage_options=store.storage_options, engine=engine,
+        spark={"master": "local[2]", "conf": CLASSIC_TEST_CONF}, ingest={"batch_seconds": 0.2},
+        backfill={"chunk_size": 200}, gold={"reports": str(DEMO_REPORTS)}))
 
 
 def bronze_positions(lake: Lake) -> list[tuple]:
@@ -67,7 +64,7 @@ def bronze_positions(lake: Lake) -> list[tuple]:
 
 
 def _content(row: dict) -> tuple:
-    """What tests.ingest.conftest.reference_positions records of a change."""
+    """What tests.support.ingest.reference_positions records of a change."""
     if row["op"] == "message":
         return (row["message_prefix"],)
     if row["op"] == "delete":
@@ -82,7 +79,7 @@ def run_pipeline_on_a_store(tmp_path, dsn: str, store: StoreServer, engine: str,
     with psycopg.connect(dsn) as conn:
         create_schema(conn)
         seed(conn, 400)
-    lakehouse = make_config(tmp_path, dsn, store, engine)
+    lakehouse = store_lakehouse(tmp_path, dsn, store, engine)
     lakehouse("setup")
     with psycopg.connect(dsn, autocommit=True) as conn:  # the independent reader
         conn.execute("SELECT pg_create_logical_replication_slot('reference', 'pgoutput')")

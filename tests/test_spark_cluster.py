@@ -16,7 +16,8 @@ import yaml
 from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
 from tests.support.standalone import StandaloneCluster
-from tests.verbs import change_after_snapshot, lakehouse, seeded
+from tests.support.cli import lakehouse
+from tests.support.demo import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.postgres, pytest.mark.classic]
 

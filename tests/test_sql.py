@@ -25,9 +25,10 @@ from pipelines.errors import ConfigError
 from pipelines.lake import Lake, read_delta
 from pipelines.sql.command import query_text, run_query
 from pipelines.sql.output import csv_chunks, json_chunks, markdown_chunks, table_chunks
-from tests.conftest import fresh_database
+from tests.support.postgres import fresh_database
 from tests.support.engines import CLASSIC_TEST_CONF
-from tests.verbs import change_after_snapshot, demo_lake, lakehouse
+from tests.support.cli import lakehouse, start_lakehouse
+from tests.support.demo import change_after_snapshot, demo_lake
 
 COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]
 ROWS = [
@@ -171,10 +172,8 @@ def test_silver_and_gold_join_by_the_names_analysts_use(sql_config, built, tmp_p
 
 @pytest.mark.spark
 def test_a_bad_query_gets_the_engines_message_and_exit_2(sql_config):
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "--config", str(sql_config), "-q", "sql"],
-        input="SELECT nope FROM lakehouse_silver.users\n", capture_output=True, text=True,
-        timeout=300)
+    result = lakehouse(sql_config, "-q", "sql", check=False, timeout=300,
+                       input="SELECT nope FROM lakehouse_silver.users\n")
 
     assert result.returncode == 2, result.stderr[-2000:]
     assert "lakehouse sql: error: the query failed:" in result.stderr
@@ -198,9 +197,8 @@ def test_serve_gives_spark_connect_clients_the_tables(sql_config, built, tmp_pat
     workdir = built[1]
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "--config", str(sql_config), "-q", "sql",
-         "--serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=log, text=True)
+    server = start_lakehouse(sql_config, "-q", "sql", "--serve", "--port", str(port),
+                             stdout=subprocess.PIPE, stderr=log, text=True)
     lines: list[str] = []  # read by a thread: a silent server must fail the test, not hang it
     threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True).start()
     try:
@@ -232,10 +230,8 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     config.write_text(yaml.safe_dump({"source": {"dsn": "host=127.0.0.1 port=1"},
                                       "lake": {"path": str(tmp_path / "lake")},
                                       "engine": "local"}))
-    query = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "--config", str(config), "sql", "--format",
-         "csv", "SELECT id FROM range(1000000)"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    query = start_lakehouse(config, "sql", "--format", "csv", "SELECT id FROM range(1000000)",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert query.stdout.readline() == b"id\n"
     query.stdout.close()  # as `| head -1` does
     code = query.wait(120)

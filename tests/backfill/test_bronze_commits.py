@@ -15,8 +15,8 @@ from pipelines.backfill.chunk import ShapeCache, SnapshotBuilder, read_chunk
 from pipelines.bronze.schema import SHAPE_LISTS
 from pipelines.lake import Lake, TableLocation
 from pipelines.source.text_format import with_text_format
-from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
-                                     snapshot_rows)
+from tests.support.backfill import backfill, select_text, setup_source, snapshot_rows
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.pg_versions
 

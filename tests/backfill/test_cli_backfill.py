@@ -7,8 +7,9 @@ import json
 import psycopg
 import pytest
 
-from tests.backfill.conftest import (cli, make_config, setup_source, snapshot_rows, states,
-                                     write_config_file)
+from tests.support.backfill import setup_source, snapshot_rows, states
+from tests.support.cli import lakehouse
+from tests.support.config import make_config, write_config
 
 pytestmark = pytest.mark.pg_versions
 
@@ -32,12 +33,13 @@ def summary(stdout: str) -> dict[str, str]:
 @pytest.fixture
 def config_file(source_dsn, lake, tmp_path):
     setup_source(source_dsn, DDL, TABLES)
-    return write_config_file(make_config(source_dsn, lake, TABLES), tmp_path / "lakehouse.yml")
+    return write_config(tmp_path / "lakehouse.yml", source_dsn, lake, TABLES)
 
 
 def test_backfill_then_rerun_skips_and_restart_starts_a_new_backfill(config_file, source_dsn, lake):
     config = make_config(source_dsn, lake, TABLES)
-    first = cli(config_file, "backfill", "--chunk-size", "50", "--parallel", "2")
+    first = lakehouse(config_file, "backfill", "--chunk-size", "50", "--parallel", "2",
+                      check=False)
     assert first.returncode == 0, first.stderr
     assert [c.strip() for c in first.stdout.splitlines()[0].split("|")] == [
         "table", "status", "rows", "chunks", "time", "rows/s", "total rows", "backfill id"]
@@ -46,44 +48,44 @@ def test_backfill_then_rerun_skips_and_restart_starts_a_new_backfill(config_file
     nothing = next(s for s in states(config) if s.table_name == "public.nothing")
     assert nothing.status == "done" and nothing.rows_done == 0 and nothing.chunks_done == 1
 
-    again = cli(config_file, "backfill", "public.users", "notes")
+    again = lakehouse(config_file, "backfill", "public.users", "notes", check=False)
     assert again.returncode == 0, again.stderr
     assert summary(again.stdout) == {"public.users": "skipped", "public.notes": "skipped"}
     assert "already backfilled" in again.stderr
     assert len(snapshot_rows(config)) == 150
 
-    restarted = cli(config_file, "backfill", "--restart", "public.users", "--chunk-size", "500")
+    restarted = lakehouse(config_file, "backfill", "--restart", "public.users", "--chunk-size",
+                          "500", check=False)
     assert restarted.returncode == 0, restarted.stderr
     users = [s for s in states(config) if s.table_name == "public.users"]
     assert len(users) == 2 and users[1].backfill_id != ids["public.users"]
     assert users[1].rows_done == 120 and users[1].rows_estimate == 120
     assert len(snapshot_rows(config, "public.users")) == 240
 
-    status = cli(config_file, "status", "--json")
+    status = lakehouse(config_file, "status", "--json", check=False)
     assert status.returncode == 0, status.stderr
     backfills = {b["table_name"]: b for b in json.loads(status.stdout)["backfills"]}
     assert backfills["public.users"]["backfill_id"] == users[1].backfill_id
     assert backfills["public.users"]["status"] == "done"
     assert backfills["public.users"]["rows_done"] == 120
-    text = cli(config_file, "status")
+    text = lakehouse(config_file, "status", check=False)
     assert "backfill public.users: done, 120 / ~120 rows (100%)" in text.stdout
 
 
 def test_table_outside_the_config_and_bad_flags_exit_2(config_file):
-    result = cli(config_file, "backfill", "public.elsewhere")
+    result = lakehouse(config_file, "backfill", "public.elsewhere", check=False)
     assert result.returncode == 2
     assert "not a configured table: public.elsewhere" in result.stderr
     assert "Traceback" not in result.stderr
-    zero = cli(config_file, "backfill", "--chunk-size", "0")
+    zero = lakehouse(config_file, "backfill", "--chunk-size", "0", check=False)
     assert zero.returncode == 2 and "--chunk-size: got 0" in zero.stderr
 
 
 def test_configured_table_missing_from_the_publication_exits_2(config_file, source_dsn, lake, tmp_path):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE later (id int PRIMARY KEY)")
-    wider = write_config_file(make_config(source_dsn, lake, TABLES + ["public.later"]),
-                              tmp_path / "wider.yml")
-    result = cli(wider, "backfill", "public.later")
+    wider = write_config(tmp_path / "wider.yml", source_dsn, lake, TABLES + ["public.later"])
+    result = lakehouse(wider, "backfill", "public.later", check=False)
     assert result.returncode == 2
     assert "not in publication 'lakehouse': public.later" in result.stderr
     assert "lakehouse setup" in result.stderr
@@ -92,7 +94,7 @@ def test_configured_table_missing_from_the_publication_exits_2(config_file, sour
 def test_table_without_key_is_refused_with_the_fix_exit_3(config_file, source_dsn):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE notes DROP CONSTRAINT notes_pkey")
-    result = cli(config_file, "backfill", "public.notes")
+    result = lakehouse(config_file, "backfill", "public.notes", check=False)
     assert result.returncode == 3
     assert "without a primary key or replica identity index: public.notes" in result.stderr
     assert "ADD PRIMARY KEY" in result.stderr and "Traceback" not in result.stderr
@@ -101,7 +103,7 @@ def test_table_without_key_is_refused_with_the_fix_exit_3(config_file, source_ds
 def test_backfill_before_setup_exits_3(source_dsn, lake, tmp_path):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute(DDL)
-    config_file = write_config_file(make_config(source_dsn, lake, TABLES), tmp_path / "c.yml")
-    result = cli(config_file, "backfill")
+    config_file = write_config(tmp_path / "c.yml", source_dsn, lake, TABLES)
+    result = lakehouse(config_file, "backfill", check=False)
     assert result.returncode == 3
     assert "run lakehouse setup" in result.stderr

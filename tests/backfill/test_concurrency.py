@@ -2,7 +2,7 @@
 
 While the backfill reads, a workload inserts, updates (also primary keys, and rows whose
 TOASTed body it leaves alone) and deletes rows around the chunk being read. Afterwards
-docs/architecture.md's reconcile, written out in tests/backfill/stream.py, applied to bronze's
+docs/architecture.md's reconcile, written out in tests/support/change_stream.py, applied to bronze's
 snapshot rows and the slot's changes must give `SELECT * FROM docs` exactly.
 """
 
@@ -16,8 +16,9 @@ import pytest
 
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.runner import BackfillOptions, run_backfill
-from tests.backfill.conftest import make_config, select_text, setup_source, snapshot_rows
-from tests.backfill.stream import UNKNOWN, chunk_windows, peek_events, reconcile
+from tests.support.backfill import select_text, setup_source, snapshot_rows
+from tests.support.change_stream import UNKNOWN, chunk_windows, peek_events, reconcile
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.pg_versions
 

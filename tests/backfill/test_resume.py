@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -14,9 +13,10 @@ import pytest
 
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.runner import BackfillOptions, run_backfill
-from tests.backfill.conftest import (cli, make_config, select_text, setup_source, snapshot_rows,
-                                     states, write_config_file)
-from tests.backfill.stream import chunk_windows, peek_events
+from tests.support.backfill import select_text, setup_source, snapshot_rows, states
+from tests.support.change_stream import chunk_windows, peek_events
+from tests.support.cli import lakehouse, start_lakehouse
+from tests.support.config import make_config, write_config
 
 pytestmark = pytest.mark.pg_versions
 
@@ -49,14 +49,13 @@ def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, l
                                                                    template, key):
     setup_source(source_dsn, template.format(rows=KILLED_ROWS), ["public.readings"])
     config = make_config(source_dsn, lake, ["public.readings"])
-    config_file = write_config_file(config, tmp_path / "lakehouse.yml")
-    argv = [sys.executable, "-m", "pipelines.cli", "--config", str(config_file), "-q",
-            "backfill", "--chunk-size", str(CHUNK)]
+    config_file = write_config(tmp_path / "lakehouse.yml", source_dsn, lake, ["public.readings"])
 
     cursors_at_kill, reserved_at_kill = [], []
     for pause in (0.0, 0.15, 0.3):
         before = chunks_done(config)
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = start_lakehouse(config_file, "-q", "backfill", "--chunk-size", str(CHUNK),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while chunks_done(config) <= before and process.poll() is None:  # this run's progress
             assert time.monotonic() < deadline, "backfill made no progress"
@@ -71,7 +70,7 @@ def test_sigkilled_backfill_resumes_from_cursor_with_new_chunk_ids(source_dsn, l
         reserved_at_kill.append(state.chunk_ids_reserved)
     kills = len(cursors_at_kill)
 
-    final = cli(config_file, "backfill", "--chunk-size", str(CHUNK))
+    final = lakehouse(config_file, "backfill", "--chunk-size", str(CHUNK), check=False)
     assert final.returncode == 0, final.stderr
     assert "resuming backfill" in final.stderr
     assert ("chunks are read by key range" in final.stderr) == (key == "at")

@@ -9,8 +9,8 @@ import pytest
 
 from pipelines.ingest.pgoutput import Insert, Relation, decode_message
 from pipelines.source.text_format import with_text_format
-from tests.backfill.conftest import (backfill, make_config, select_text, setup_source,
-                                     snapshot_rows, states)
+from tests.support.backfill import backfill, select_text, setup_source, snapshot_rows, states
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.pg_versions
 

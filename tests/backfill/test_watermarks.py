@@ -18,7 +18,8 @@ from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.errors import DataError
 from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_message
 from pipelines.source.text_format import with_text_format
-from tests.backfill.conftest import backfill, make_config, setup_source, snapshot_rows, states
+from tests.support.backfill import backfill, setup_source, snapshot_rows, states
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.pg_versions
 

@@ -10,8 +10,9 @@ import pytest
 
 from pipelines.gold.state import INCREMENTAL, read_refreshes
 from pipelines.lake import Lake, read_delta
-from tests.conftest import fresh_database
-from tests.verbs import demo_lake, lakehouse
+from tests.support.postgres import fresh_database
+from tests.support.cli import lakehouse
+from tests.support.demo import demo_lake
 
 pytestmark = pytest.mark.postgres
 

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from pipelines.lake import Lake, read_delta
-from tests.conftest import fresh_database
+from tests.support.postgres import fresh_database
 from tests.support.engines import CLASSIC_TEST_CONF
-from tests.verbs import demo_lake, lakehouse
+from tests.support.cli import lakehouse
+from tests.support.demo import demo_lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

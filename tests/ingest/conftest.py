@@ -2,53 +2,26 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import psycopg
 import pytest
 
-from pipelines.config import Config, parse_config
-from pipelines.ingest.pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage,
-                                       Truncate, Update, decode_message)
-from pipelines.lake import Lake, read_delta
-from pipelines.ingest.run import IngestOptions, IngestReport, StopRequested, run_ingest
+from pipelines.config import Config
 from pipelines.source.setup import run_setup
-from pipelines.source.text_format import with_text_format
-
-TABLES_SQL = """
-CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
-CREATE TABLE items (
-    id bigint PRIMARY KEY, i2 smallint, i4 integer, amount numeric(12,3), ratio float8,
-    f4 real, flag boolean, name text, code varchar(8), ident uuid, day date,
-    at timestamp, at_tz timestamptz, doc jsonb, raw bytea, tags text[], nums int[],
-    feeling mood, body text);
-ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL;
-CREATE TABLE members (project int, member int, role text, PRIMARY KEY (project, member));
-CREATE TABLE unpublished (id int PRIMARY KEY, v text);
-"""
-
-
-def make_config(dsn: str, lake: Path | str, storage_options: dict | None = None,
-                **ingest) -> Config:
-    settings = {"batch_seconds": 0.1, "status_interval_seconds": 1, **ingest}
-    return parse_config({"source": {"dsn": dsn, "tables": ["public.items", "public.members"]},
-                         "lake": {"path": str(lake), "storage_options": storage_options or {}},
-                         "ingest": settings},
-                        base_dir=Path.cwd(), environ={})
+from tests.support.config import make_config
+from tests.support.ingest import FAST_INGEST, TABLES, TABLES_SQL
 
 
 @pytest.fixture
 def source(source_dsn, tmp_path) -> Config:
     """A database with the test tables, publication and slot, and a config for it."""
-    return _source(make_config(source_dsn, tmp_path / "lake"))
+    return _source(make_config(source_dsn, tmp_path / "lake", TABLES, ingest=FAST_INGEST))
 
 
 @pytest.fixture
 def s3_source(source_dsn, s3) -> Config:
     """`source` with its lake on S3 (MinIO)."""
-    return _source(make_config(source_dsn, s3.new_lake(), s3.storage_options))
+    return _source(make_config(source_dsn, s3.new_lake(), TABLES,
+                               storage_options=s3.storage_options, ingest=FAST_INGEST))
 
 
 def _source(config: Config) -> Config:
@@ -56,60 +29,3 @@ def _source(config: Config) -> Config:
         conn.execute(TABLES_SQL)
     run_setup(config.source)
     return config
-
-
-def execute(dsn: str, *statements: str) -> None:
-    """Run statements in one transaction."""
-    with psycopg.connect(dsn) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def ingest(config: Config, until_idle: float = 0.5) -> IngestReport:
-    return run_ingest(config, IngestOptions(until_idle=until_idle), StopRequested())
-
-
-def bronze(config: Config) -> list[dict]:
-    table = read_delta(Lake.from_config(config).bronze_changes)
-    return table.sort_by([("commit_lsn", "ascending"), ("change_index", "ascending")]).to_pylist()
-
-
-def cli(config_path: Path, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--config",
-                             str(config_path), *args], **kwargs)
-
-
-def reference_positions(dsn: str, slot: str = "reference") -> list[tuple[int, int, str, tuple]]:
-    """Every change of the publication, with positions, read through another slot: row
-    changes with their values (a delete with its key), logical messages with their
-    prefix (backfill watermarks), truncates (one per table). Values in the text formats
-    the ingest's session sets (ISO intervals, ...)."""
-    with psycopg.connect(with_text_format(dsn)) as conn:
-        rows = conn.execute(
-            "SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, "
-            "'proto_version', '1', 'publication_names', 'lakehouse', 'messages', 'true')",
-            (slot,)).fetchall()
-    result, commit_lsn, index = [], None, 0
-    for (data,) in rows:
-        message = decode_message(data)
-        if isinstance(message, Begin):
-            commit_lsn, index = message.final_lsn, 0
-        elif isinstance(message, (Insert, Update)):
-            result.append((commit_lsn, index, type(message).__name__.lower(),
-                           tuple(None if not isinstance(v, str) else v for v in message.new)))
-            index += 1
-        elif isinstance(message, Delete):
-            result.append((commit_lsn, index, "delete", (message.old[0],)))
-            index += 1
-        elif isinstance(message, LogicalMessage) and message.transactional:
-            result.append((commit_lsn, index, "message", (message.prefix,)))
-            index += 1
-        elif isinstance(message, Truncate):  # one bronze row per table
-            for _ in message.relation_ids:
-                result.append((commit_lsn, index, "truncate", ()))
-                index += 1
-        elif isinstance(message, LogicalMessage):
-            raise AssertionError("no non-transactional messages expected")
-        elif isinstance(message, Commit):
-            assert message.commit_lsn == commit_lsn
-    return result

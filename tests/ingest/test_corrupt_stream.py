@@ -11,9 +11,10 @@ import threading
 
 import psycopg
 import pytest
-import yaml
 
-from tests.ingest.conftest import bronze, cli, execute, ingest
+from tests.support.cli import start_lakehouse
+from tests.support.config import write_config
+from tests.support.ingest import bronze, execute, ingest
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
@@ -86,12 +87,11 @@ def test_corrupt_message_exits_4_with_lsn_and_hexdump_and_confirms_nothing(
 
     proxy = CorruptingProxy(pg_server.port)
     proxied = dsn.replace(f"port={pg_server.port}", f"port={proxy.port}")
-    config_path = tmp_path / "proxied.yml"
-    config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": proxied + " sslmode=disable gssencmode=disable",
-                   "tables": ["public.items"]},
-        "lake": {"path": str(source.lake.path)}}))
-    proc = cli(config_path, "ingest", "--until-idle", "2", stderr=subprocess.PIPE, text=True)
+    config_path = write_config(tmp_path / "proxied.yml",
+                               proxied + " sslmode=disable gssencmode=disable",
+                               source.lake.path, ["public.items"])
+    proc = start_lakehouse(config_path, "ingest", "--until-idle", "2", stderr=subprocess.PIPE,
+                           text=True)
     _, stderr = proc.communicate(timeout=60)
 
     assert proxy.corrupted.is_set()

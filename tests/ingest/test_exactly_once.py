@@ -16,11 +16,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 
 from pipelines.config import Config
 from pipelines.lake import Lake, read_delta
-from tests.ingest.conftest import bronze, cli, reference_positions
+from tests.support.cli import start_lakehouse
+from tests.support.config import write_config
+from tests.support.ingest import TABLES, bronze, reference_positions
 
 pytestmark = pytest.mark.postgres
 
@@ -70,12 +71,9 @@ def kill_loop_config(source, tmp_path, **ingest) -> Path:
     for ingest processes that get killed."""
     with psycopg.connect(source.source.dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_create_logical_replication_slot('reference', 'pgoutput')")
-    config_path = tmp_path / "lakehouse.yml"
-    config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": source.source.dsn, "tables": ["public.items", "public.members"]},
-        "lake": {"path": source.lake.path, "storage_options": dict(source.lake.storage_options)},
-        "ingest": {"batch_seconds": 0.05, **ingest}}))
-    return config_path
+    return write_config(tmp_path / "lakehouse.yml", source.source.dsn, source.lake.path, TABLES,
+                        storage_options=source.lake.storage_options,
+                        ingest={"batch_seconds": 0.05, **ingest})
 
 
 @pytest.mark.pg_versions
@@ -91,8 +89,8 @@ def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_serv
     kills = 0
     try:
         for round_ in range(8):
-            proc = cli(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+            proc = start_lakehouse(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
             time.sleep(rng.uniform(0.6, 1.6))
             if round_ == 4:  # a Postgres restart while the ingest streams
                 wait_until_streaming(dsn)  # a first connect fails fast by design
@@ -106,7 +104,8 @@ def test_sigkill_and_postgres_restart_lose_and_duplicate_nothing(source, pg_serv
     finally:
         stop.set()
         worker.join(30)
-    final = cli(config_path, "-q", "ingest", "--until-idle", "1.5", stderr=subprocess.PIPE)
+    final = start_lakehouse(config_path, "-q", "ingest", "--until-idle", "1.5",
+                            stderr=subprocess.PIPE)
     assert final.wait(60) == 0, final.stderr.read().decode()
 
     expected = reference_positions(dsn)
@@ -127,14 +126,11 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
     must resume at the next change, not at the transaction's start."""
 
     dsn = source.source.dsn
-    config_path = tmp_path / "lakehouse.yml"
-    config_path.write_text(yaml.safe_dump({
-        "source": {"dsn": dsn, "tables": ["public.items"]},
-        "lake": {"path": str(source.lake.path)},
-        "ingest": {"batch_rows": 500, "batch_seconds": 5}}))
+    config_path = write_config(tmp_path / "lakehouse.yml", dsn, source.lake.path,
+                               ["public.items"], ingest={"batch_rows": 500, "batch_seconds": 5})
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO items (id, name) SELECT g, 'n' FROM generate_series(1, 30000) g")
-    proc = cli(config_path, "-q", "ingest", stderr=subprocess.PIPE)
+    proc = start_lakehouse(config_path, "-q", "ingest", stderr=subprocess.PIPE)
     bronze_path = Lake.from_config(source).bronze_changes.uri
     deadline = time.monotonic() + 60
     landed = 0
@@ -152,7 +148,8 @@ def test_kill_inside_a_partly_landed_transaction_resumes_at_the_next_change(sour
                                  "WHERE slot_name = 'lakehouse'").fetchone()[0]
         current = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     assert confirmed < current  # nothing of the open transaction was confirmed
-    final = cli(config_path, "-q", "ingest", "--until-idle", "1", stderr=subprocess.PIPE)
+    final = start_lakehouse(config_path, "-q", "ingest", "--until-idle", "1",
+                            stderr=subprocess.PIPE)
     assert final.wait(120) == 0, final.stderr.read().decode()
     rows = bronze(source)
     assert [r["change_index"] for r in rows] == list(range(30000))
@@ -213,8 +210,8 @@ def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
     rng = random.Random(4)
     try:
         for _ in range(6):
-            proc = cli(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+            proc = start_lakehouse(config_path, "-q", "ingest", stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
             wait_streaming(dsn, proc)  # startup (checks, a lake on S3) takes its own time
             time.sleep(rng.uniform(0.8, 2.0))
             assert proc.poll() is None, proc.stderr.read().decode()
@@ -226,7 +223,8 @@ def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
         with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
             conn.execute("SELECT pg_reload_conf()")
-    final = cli(config_path, "-q", "ingest", "--until-idle", "1.5", stderr=subprocess.PIPE)
+    final = start_lakehouse(config_path, "-q", "ingest", "--until-idle", "1.5",
+                            stderr=subprocess.PIPE)
     assert final.wait(120) == 0, final.stderr.read().decode()
 
     streamed = streamed_transactions(dsn)

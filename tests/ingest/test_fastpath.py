@@ -21,7 +21,7 @@ from pipelines.ingest.pgoutput import (Begin, Commit, StreamStart, StreamStop, d
                                        timestamp_to_pg)
 from pipelines.ingest.relations import RelationCache
 from pipelines.ingest.transactions import records_of, unix_micros
-from tests.ingest.test_pgoutput import (
+from tests.support.pgoutput_bytes import (
     BIG_LSN, BIG_OID, BIG_XID, TS_US, begin, binary, commit, delete, insert, relation,
     tuple_data, text, update)
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
-from tests.ingest.conftest import bronze, execute, ingest
+from tests.support.ingest import bronze, execute, ingest
 from tests.support.slots import drop_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]

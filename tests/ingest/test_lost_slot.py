@@ -5,18 +5,16 @@ tests/test_recover.py; or a fresh lake)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import psycopg
 import pytest
-import yaml
 
 from pipelines.errors import SourceError
 from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
-from tests.ingest.conftest import execute, ingest
+from tests.support.cli import lakehouse
+from tests.support.config import write_config
+from tests.support.ingest import execute, ingest
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pg_versions]
 
@@ -41,19 +39,15 @@ def test_setup_and_status_refuse_a_new_slot_over_a_lake_with_changes(source, tmp
         run_setup(source.source, Lake.from_config(source))
     assert not slot_exists(dsn)
 
-    config = tmp_path / "lakehouse.yml"
-    config.write_text(yaml.safe_dump({"source": {"dsn": dsn, "tables": list(source.source.tables)},
-                                      "lake": {"path": source.lake.path}}))
+    config = write_config(tmp_path / "lakehouse.yml", dsn, source.lake.path, source.source.tables)
     for verb, shown in (("setup", "lakehouse recover"), ("status", "BROKEN")):
-        done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                               verb], capture_output=True, text=True, timeout=120)
+        done = lakehouse(config, verb, check=False)
         assert done.returncode == 3, done.stdout + done.stderr
         assert shown in done.stdout + done.stderr
     assert not slot_exists(dsn)
 
     fresh = tmp_path / "fresh.yml"  # the documented way out: a fresh lake
     fresh.write_text(config.read_text().replace(source.lake.path, str(tmp_path / "new-lake")))
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(fresh),
-                           "setup"], capture_output=True, text=True, timeout=120)
+    done = lakehouse(fresh, "setup", check=False)
     assert done.returncode == 0, done.stderr
     assert slot_exists(dsn)

@@ -17,7 +17,7 @@ from pipelines.errors import DataError
 from pipelines.ingest.bronze_writer import BronzeWriter, Progress, read_progress
 from pipelines.ingest.transactions import ChangeAssembler
 from pipelines.lake import read_delta
-from tests.ingest.test_pgoutput import (
+from tests.support.pgoutput_bytes import (
     TS_US, begin, binary, commit, delete, i64, insert, message, relation, text, truncate,
     tuple_data, u8, u32, u64, update)
 

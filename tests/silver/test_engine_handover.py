@@ -8,18 +8,16 @@ what both wrote.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-import yaml
 from bronze_builder import Table
 from deltalake import DeltaTable
 from test_job import ITEMS, history, items
 
 from pipelines.lake import read_delta
-from pipelines.silver.apply import tombstones_path
+from pipelines.silver.tables import tombstones_path
 from pipelines.silver.job import run_silver
+from tests.support.cli import lakehouse
+from tests.support.config import write_config
 from tests.support.engines import CLASSIC_TEST_CONF
 
 pytestmark = pytest.mark.spark
@@ -29,12 +27,9 @@ OTHER = {"local": "spark", "spark": "local"}  # config engine here -> the other 
 
 
 def other_engine_silver(lake, engine: str) -> None:
-    config = lake.root.parent / f"{engine}.yml"
-    config.write_text(yaml.safe_dump({
-        "source": {"dsn": "host=unused"}, "lake": {"path": str(lake.root)}, "engine": engine,
-        "spark": {"master": "local[2]", "conf": CLASSIC_TEST_CONF}}))
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                           "silver"], capture_output=True, text=True, timeout=600)
+    config = write_config(lake.root.parent / f"{engine}.yml", lake=lake.root, engine=engine,
+                          spark={"master": "local[2]", "conf": CLASSIC_TEST_CONF})
+    done = lakehouse(config, "silver", check=False)
     assert done.returncode == 0, done.stderr[-4000:]
 
 

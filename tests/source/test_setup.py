@@ -5,6 +5,7 @@ from pipelines.config import SourceConfig
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
 from pipelines.errors import SourceError
 from pipelines.source.setup import run_setup
+from tests.support.cli import lakehouse
 from tests.support.slots import invalidate_slot
 
 
@@ -108,35 +109,26 @@ def test_wal_level_replica_is_refused_with_exit_3(tmp_path_factory):
 
 
 def test_setup_cli_exit_codes(app_dsn, tmp_path):
-    import subprocess
-    import sys
-
     config = tmp_path / "c.yml"
     config.write_text(f"source: {{dsn: '{app_dsn}', tables: [public.logs]}}\n")
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             "setup"], capture_output=True, text=True)
+    result = lakehouse(config, "setup", check=False)
     assert result.returncode == 3
     assert "public.logs" in result.stderr and "Traceback" not in result.stderr
 
     config.write_text(f"source: {{dsn: '{app_dsn}', tables: [public.users]}}\n")
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             "setup"], capture_output=True, text=True)
+    result = lakehouse(config, "setup", check=False)
     assert result.returncode == 0, result.stderr
     assert "slot:        lakehouse (created" in result.stdout
 
 
 def test_status_exits_3_and_points_to_recovery_when_the_slot_is_lost(app_dsn, tmp_path):
     """A slot invalidated by max_slot_wal_keep_size: status must not look healthy."""
-    import subprocess
-    import sys
-
     run_setup(SourceConfig(app_dsn, tables=("public.users",)))
     invalidate_slot(app_dsn)
     config = tmp_path / "c.yml"
     config.write_text(f"source: {{dsn: '{app_dsn}', tables: [public.users]}}\n"
                       f"lake: {{path: '{tmp_path / 'lake'}'}}\n")
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(config),
-                             "status"], capture_output=True, text=True)
+    result = lakehouse(config, "status", check=False)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "is invalidated" in result.stdout and "lakehouse recover" in result.stdout
     with pytest.raises(SourceError, match="is invalidated"):

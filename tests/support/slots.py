@@ -1,5 +1,5 @@
 """Replication slots dropped or invalidated on purpose: for the tests that recover from a
-lost slot, and for each test database's teardown (tests/conftest.py)."""
+lost slot, and for each test database's teardown (tests/support/postgres.py)."""
 
 from __future__ import annotations
 
