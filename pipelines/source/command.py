@@ -24,9 +24,10 @@ def _run(args: argparse.Namespace, config: Config) -> int:
     lake = Lake.from_config(config)
     lake.check_conditional_writes()
     report = run_setup(config.source, lake)
+    publication = ("created" if report.publication_created
+                   else "updated" if report.publication_changed else "unchanged")
     print(f"tables:      {', '.join(report.tables)}")
-    print(f"publication: {config.source.publication} "
-          f"({'created' if report.publication_created else 'updated' if report.publication_changed else 'unchanged'})")
+    print(f"publication: {config.source.publication} ({publication})")
     print(f"slot:        {config.source.slot} "
           f"({'created' if report.slot_created else 'exists'}, at {report.slot_lsn})")
     print(f"lake:        {lake.root}" + ("" if lake.is_local else " (conditional writes: ok)"))
