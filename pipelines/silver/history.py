@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType, LongType, StringType, StructField, StructType, TimestampType)
@@ -51,7 +51,19 @@ HISTORY_FIELDS = (
 HISTORY_COLUMNS = tuple(f.name for f in HISTORY_FIELDS)
 
 _BASE = "base"  # the kind of a base row in the combined stream
-_BUCKETS = 64  # window partitions of a batch's events (history_versions)
+_BUCKETS = 64  # window partitions of a batch's events (_key_order)
+# history_versions' working columns: a row's op (upsert/delete), kind (its change, or
+# _BASE), position, and the start it gives a version it opens
+_OP, _KIND, _POS = "_cdc_h_op", "_cdc_h_kind", "_cdc_h_pos"
+_FROM, _FROM_TS, _OPENED_BY = "_cdc_h_from", "_cdc_h_from_ts", "_cdc_h_opened_by"
+_CLOSED, _CLOSED_TS = "_cdc_h_closed", "_cdc_h_closed_ts"  # the closing that closes it
+_PREV, _NEXT = "_cdc_h_prev", "_cdc_h_next"
+_HAS_PREV, _PREV_SAME, _PREV_OP, _PREV_CLOSED = (
+    "_cdc_h_has_prev", "_cdc_h_prev_same", "_cdc_h_prev_op", "_cdc_h_prev_closed")
+_HAS_NEXT, _NEXT_SAME, _NEXT_OP, _NEXT_KIND, _NEXT_POS, _NEXT_TS = (
+    "_cdc_h_has_next", "_cdc_h_next_same", "_cdc_h_next_op", "_cdc_h_next_kind",
+    "_cdc_h_next_pos", "_cdc_h_next_ts")
+_STARTS, _LAST, _START = "_cdc_h_starts", "_cdc_h_last", "_cdc_h_start"
 
 
 def history_schema(silver_fields: Sequence[StructField]) -> StructType:
@@ -89,21 +101,6 @@ def fill_from_base(events: DataFrame, base: DataFrame, keys: Sequence[str],
             .select(*(updates[n].alias(n) if n in updates else col(n) for n in events.columns)))
 
 
-def _killed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple[Column, Column]:
-    """The position and time of the first closing after (lsn, index) that closes a
-    version last written there (null, null: none does)."""
-    found = None
-    for closing in sorted(closings, key=lambda c: c.at):
-        hit = (is_before_position(lsn, index, closing.at)
-               & is_before_position(lsn, index, closing.floor, inclusive=True))
-        at = F.struct(number_literal(closing.at).alias("p"),
-                      F.lit(closing.at_micros).cast(LongType()).alias("t"))
-        found = F.when(hit, at) if found is None else found.when(hit, at)
-    if found is None:
-        return F.lit(None).cast(POSITION_TYPE), F.lit(None).cast(TimestampType())
-    return found.getField("p"), F.timestamp_micros(found.getField("t"))
-
-
 def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
                      columns: Sequence[str], tracked: Sequence[str],
                      closings: Sequence[Closing] = ()) -> DataFrame:
@@ -118,94 +115,150 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
 
     Each row looks at its neighbours in (key, position) order: whether it opens a
     version (the row before), whether it is its version's last (the row after). A
-    version is then its first row's start and its last row's values. The windows are
-    partitioned by buckets of keys, not by key: a batch holds one or two events per key,
-    and engines pay per window partition (Sail several times the whole step).
+    version is then its first row's start and its last row's values.
     """
-    stream = events.select(
-        *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
-        F.col(OP).alias("_cdc_h_op"), F.col(CHANGE).alias("_cdc_h_kind"),
-        F.lit(None).cast(POSITION_TYPE).alias("_cdc_h_from"),
-        F.lit(None).cast(TimestampType()).alias("_cdc_h_from_ts"),
-        F.lit(None).cast(StringType()).alias("_cdc_h_opened_by"))
-    stream = stream.unionByName(base.select(
-        *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
-        F.lit(UPSERT).alias("_cdc_h_op"), F.lit(_BASE).alias("_cdc_h_kind"),
-        F.col(VALID_FROM).alias("_cdc_h_from"), F.col(VALID_FROM_TS).alias("_cdc_h_from_ts"),
-        F.col(HISTORY_OP).alias("_cdc_h_opened_by")))
-    killed, killed_ts = _killed_at(closings, F.col(LSN), F.col(CHANGE_INDEX))
-    stream = stream.select("*", killed.alias("_cdc_h_killed"),
-                           killed_ts.alias("_cdc_h_killed_ts"),
-                           number_column(F.col(LSN), F.col(CHANGE_INDEX)).alias("_cdc_h_pos"))
+    return (combined_stream(events, base, keys, columns)
+            .transform(with_closings, closings)
+            .transform(with_neighbours, keys, tracked)
+            .transform(version_edges, keys, columns)
+            .transform(versions_from_edges, keys, columns))
 
-    bucket = F.pmod(F.xxhash64(*(col(k) for k in keys)), F.lit(_BUCKETS))
-    order = Window.partitionBy(bucket).orderBy(*(col(k) for k in keys), LSN, CHANGE_INDEX)
-    seen = [*keys, *tracked, "_cdc_h_op", "_cdc_h_kind", "_cdc_h_killed", "_cdc_h_pos",
-            COMMIT_TS]
+
+def combined_stream(events: DataFrame, base: DataFrame, keys: Sequence[str],
+                    columns: Sequence[str]) -> DataFrame:
+    """The batch's events and its base versions as one stream, so each key's rows can be
+    read in position order; each row with its position and the start it gives a version
+    it opens (a base row: its version's own)."""
+    rows = [*(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS]
+    position = number_column(F.col(LSN), F.col(CHANGE_INDEX))
+    changes = events.select(
+        *rows, F.col(OP).alias(_OP), F.col(CHANGE).alias(_KIND), position.alias(_POS),
+        position.alias(_FROM), F.col(COMMIT_TS).alias(_FROM_TS),
+        F.col(CHANGE).alias(_OPENED_BY))
+    return changes.unionByName(base.select(
+        *rows, F.lit(UPSERT).alias(_OP), F.lit(_BASE).alias(_KIND), position.alias(_POS),
+        F.col(VALID_FROM).alias(_FROM), F.col(VALID_FROM_TS).alias(_FROM_TS),
+        F.col(HISTORY_OP).alias(_OPENED_BY)))
+
+
+def with_closings(stream: DataFrame, closings: Sequence[Closing]) -> DataFrame:
+    """Each row with the first closing that closes it, if one does: a version last
+    written there ends at that closing unless the stream moves on first."""
+    closed, closed_ts = _closed_at(closings, F.col(LSN), F.col(CHANGE_INDEX))
+    return stream.select("*", closed.alias(_CLOSED), closed_ts.alias(_CLOSED_TS))
+
+
+def _closed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple[Column, Column]:
+    """The position and time of the first closing after (lsn, index) that closes a
+    version last written there (null, null: none does)."""
+    found = None
+    for closing in sorted(closings, key=lambda c: c.at):
+        hit = (is_before_position(lsn, index, closing.at)
+               & is_before_position(lsn, index, closing.floor, inclusive=True))
+        at = F.struct(number_literal(closing.at).alias("p"),
+                      F.lit(closing.at_micros).cast(LongType()).alias("t"))
+        found = F.when(hit, at) if found is None else found.when(hit, at)
+    if found is None:
+        return F.lit(None).cast(POSITION_TYPE), F.lit(None).cast(TimestampType())
+    return found.getField("p"), F.timestamp_micros(found.getField("t"))
+
+
+def with_neighbours(stream: DataFrame, keys: Sequence[str], tracked: Sequence[str]
+                    ) -> DataFrame:
+    """Each row with what the rules need of the rows before and after it of its key
+    (null where none is): whether one is, whether its tracked values equal this row's,
+    its op, kind, position, closing and commit time."""
+    seen = [*keys, *tracked, _OP, _KIND, _CLOSED, _POS, COMMIT_TS]
     near = F.struct(*(col(n).alias(f"f{i}") for i, n in enumerate(seen)))
-    stream = stream.select("*", F.lag(near).over(order).alias("_cdc_h_prev"),
-                           F.lead(near).over(order).alias("_cdc_h_next"))
+    order = _key_order(keys)
+    stream = stream.select("*", F.lag(near).over(order).alias(_PREV),
+                           F.lead(near).over(order).alias(_NEXT))
 
-    def of(row: str, name: str) -> Column:
+    def field(row: str, name: str) -> Column:
         return F.col(row).getField(f"f{seen.index(name)}")
 
     def same_key(row: str) -> Column:
         equal = F.col(row).isNotNull()
         for k in keys:
-            equal = equal & (of(row, k) == col(k))
+            equal = equal & (field(row, k) == col(k))
         return F.coalesce(equal, F.lit(False))
 
     def same_tracked(row: str) -> Column:
         equal = F.lit(True)
         for c in tracked:
-            equal = equal & of(row, c).eqNullSafe(col(c))
-        return equal
+            equal = equal & field(row, c).eqNullSafe(col(c))
+        return F.when(same_key(row), equal)
 
-    def alive_at(op: Column, killed_at: Column, position: Column) -> Column:
-        """An upsert (op) still open at `position` unless a closing came first."""
-        return (op == UPSERT) & (killed_at.isNull() | (killed_at > position))
+    def of(row: str, name: str) -> Column:
+        return F.when(same_key(row), field(row, name))
 
-    def opening(alive: Column, kind: Column, same: Column) -> Column:
-        return ~alive | ((kind != SNAPSHOT) & ~same)
+    return stream.select(
+        "*", same_key(_PREV).alias(_HAS_PREV), same_tracked(_PREV).alias(_PREV_SAME),
+        of(_PREV, _OP).alias(_PREV_OP), of(_PREV, _CLOSED).alias(_PREV_CLOSED),
+        same_key(_NEXT).alias(_HAS_NEXT), same_tracked(_NEXT).alias(_NEXT_SAME),
+        of(_NEXT, _OP).alias(_NEXT_OP), of(_NEXT, _KIND).alias(_NEXT_KIND),
+        of(_NEXT, _POS).alias(_NEXT_POS), of(_NEXT, COMMIT_TS).alias(_NEXT_TS),
+    ).drop(_PREV, _NEXT)
 
-    upsert, kind, pos = F.col("_cdc_h_op") == UPSERT, F.col("_cdc_h_kind"), F.col("_cdc_h_pos")
-    alive = same_key("_cdc_h_prev") & alive_at(of("_cdc_h_prev", "_cdc_h_op"),
-                                                of("_cdc_h_prev", "_cdc_h_killed"), pos)
-    opens = (kind != _BASE) & upsert & opening(alive, kind, same_tracked("_cdc_h_prev"))
-    has_next = same_key("_cdc_h_next")
-    next_pos = of("_cdc_h_next", "_cdc_h_pos")
-    next_opens = (of("_cdc_h_next", "_cdc_h_op") == UPSERT) & opening(
-        alive_at(F.col("_cdc_h_op"), F.col("_cdc_h_killed"), next_pos),
-        of("_cdc_h_next", "_cdc_h_kind"), same_tracked("_cdc_h_next"))
-    killed_first = F.col("_cdc_h_killed").isNotNull() & (
-        ~has_next | (F.col("_cdc_h_killed") < next_pos))
+
+def version_edges(stream: DataFrame, keys: Sequence[str], columns: Sequence[str]
+                  ) -> DataFrame:
+    """The rows that open or last write a version (the rules, module docstring), each
+    with where its version would end if it is the last: only they make a version."""
+    upsert, kind, position = F.col(_OP) == UPSERT, F.col(_KIND), F.col(_POS)
+    has_next, next_position = F.col(_HAS_NEXT), F.col(_NEXT_POS)
+    continues = F.col(_HAS_PREV) & _alive_at(F.col(_PREV_OP), F.col(_PREV_CLOSED), position)
+    opens = (kind != _BASE) & upsert & _opens(continues, kind, F.col(_PREV_SAME))
+    next_opens = (F.col(_NEXT_OP) == UPSERT) & _opens(
+        _alive_at(F.col(_OP), F.col(_CLOSED), next_position), F.col(_NEXT_KIND),
+        F.col(_NEXT_SAME))
+    closed_first = F.col(_CLOSED).isNotNull() & (~has_next | (F.col(_CLOSED) < next_position))
     # A version's last row: nothing of its key follows, or a closing comes first, or
     # the next event deletes the key or opens another version.
-    last = upsert & (~has_next | killed_first | (of("_cdc_h_next", "_cdc_h_op") == DELETE)
-                     | next_opens)
+    last = upsert & (~has_next | closed_first | (F.col(_NEXT_OP) == DELETE) | next_opens)
     starts = opens | (kind == _BASE)
-    begin = F.struct(
-        F.when(kind == _BASE, F.col("_cdc_h_from")).otherwise(pos).alias("p"),
-        F.when(kind == _BASE, F.col("_cdc_h_from_ts")).otherwise(F.col(COMMIT_TS)).alias("t"),
-        F.when(kind == _BASE, F.col("_cdc_h_opened_by")).otherwise(kind).alias("o"))
-    ends = stream.filter(starts | last).select(
+    return stream.filter(starts | last).select(
         *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
-        starts.alias("_cdc_h_starts"), last.alias("_cdc_h_last"), begin.alias("_cdc_h_begin"),
-        F.when(killed_first, F.col("_cdc_h_killed")).when(has_next, next_pos)
-        .alias(VALID_TO),
-        F.when(killed_first, F.col("_cdc_h_killed_ts"))
-        .when(has_next, of("_cdc_h_next", COMMIT_TS)).alias(VALID_TO_TS))
+        starts.alias(_STARTS), last.alias(_LAST), _FROM, _FROM_TS, _OPENED_BY,
+        F.when(closed_first, F.col(_CLOSED)).when(has_next, next_position).alias(VALID_TO),
+        F.when(closed_first, F.col(_CLOSED_TS)).when(has_next, F.col(_NEXT_TS))
+        .alias(VALID_TO_TS))
 
-    # Among first and last rows, a last row that did not open its version follows the
-    # row that did.
-    start = F.when(F.col("_cdc_h_starts"), F.col("_cdc_h_begin")).otherwise(
-        F.lag("_cdc_h_begin").over(order))
-    return ends.select("*", start.alias("_cdc_h_start")).filter(F.col("_cdc_h_last")).select(
+
+def versions_from_edges(edges: DataFrame, keys: Sequence[str], columns: Sequence[str]
+                        ) -> DataFrame:
+    """One history row per version: its last row's values from the start of its first
+    (among first and last rows, a last row that did not open its version follows the row
+    that did)."""
+    begin = F.struct(F.col(_FROM).alias("p"), F.col(_FROM_TS).alias("t"),
+                     F.col(_OPENED_BY).alias("o"))
+    start = F.when(F.col(_STARTS), begin).otherwise(F.lag(begin).over(_key_order(keys)))
+    return edges.select("*", start.alias(_START)).filter(F.col(_LAST)).select(
         *(col(k) for k in keys), *(col(c) for c in columns),
-        F.col("_cdc_h_start.p").alias(VALID_FROM), VALID_TO,
-        F.col("_cdc_h_start.t").alias(VALID_FROM_TS), VALID_TO_TS,
-        F.col(VALID_TO).isNull().alias(IS_CURRENT), F.col("_cdc_h_start.o").alias(HISTORY_OP),
+        F.col(f"{_START}.p").alias(VALID_FROM), VALID_TO,
+        F.col(f"{_START}.t").alias(VALID_FROM_TS), VALID_TO_TS,
+        F.col(VALID_TO).isNull().alias(IS_CURRENT), F.col(f"{_START}.o").alias(HISTORY_OP),
         LSN, CHANGE_INDEX, COMMIT_TS)
+
+
+def _key_order(keys: Sequence[str]) -> WindowSpec:
+    """(key, position) order, partitioned by buckets of keys, not by key: a batch holds
+    one or two events per key, and engines pay per window partition (Sail several
+    times the whole step)."""
+    bucket = F.pmod(F.xxhash64(*(col(k) for k in keys)), F.lit(_BUCKETS))
+    return Window.partitionBy(bucket).orderBy(*(col(k) for k in keys), LSN, CHANGE_INDEX)
+
+
+def _alive_at(op: Column, closed: Column, position: Column) -> Column:
+    """An upsert (op) still open at `position` (a sortable number) unless a closing
+    came first."""
+    return (op == UPSERT) & (closed.isNull() | (closed > position))
+
+
+def _opens(continues: Column, kind: Column, same: Column) -> Column:
+    """An upsert opens a version unless it continues an open one: a change that leaves
+    the tracked values `same`, or a backfill row (which never splits one)."""
+    return ~continues | ((kind != SNAPSHOT) & ~same)
 
 
 def history_merge_sql(target: str, source: str, keys: Sequence[str],
