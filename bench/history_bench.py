@@ -88,13 +88,13 @@ def phase_run(lake: Path, history: bool, out: Path) -> None:
     JSON in `out`."""
     started = time.perf_counter()
     from pipelines.engine import start_local_session
-    from pipelines.silver import apply, history_tables, job
+    from pipelines.silver import history_tables, job, stage
 
     spark = start_local_session((lake / "_warehouse").resolve())
     spark.sql("SELECT 1").collect()
     startup = time.perf_counter() - started
     calls: list[tuple[str, float]] = []
-    time_calls(calls, {"stage all": (apply, "_staged_every"), "stage": (apply, "_staged"),
+    time_calls(calls, {"stage all": (stage, "stage_every"), "stage": (stage, "stage_newest"),
                        "history": (history_tables, "apply"),
                        "versions": (history_tables, "staged"), "maintain": (job, "_maintain")})
     requests = Requests()

@@ -8,7 +8,7 @@ the progress is recorded re-runs the batch, which writes the same versions again
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -26,23 +26,19 @@ from pipelines.silver.history import (
 from pipelines.silver.merge import key_range
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import TableShape
-
-if TYPE_CHECKING:
-    from pipelines.silver.apply import SilverContext
+from pipelines.silver.tables import SilverContext, create_table, evolve
 
 log = logging.getLogger(__name__)
 
 SOURCE_VIEW = "_lakehouse_history_versions"
 
 
-def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: DataFrame,
+def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFrame,
           after: Position, silver_schema: StructType, old_key: Sequence[Column],
           unchanged: Sequence[str] | None, replace_table: bool) -> None:
     """Write the versions the batch `every` (all its typed, filled events, after
     `after`) opens, updates or closes, and close what its truncates close.
     unchanged: the only columns an event may have left unchanged (None: any)."""
-    from pipelines.silver.apply import create_table, evolve
-
     schema, name = table.name.split(".", 1)
     target = run.names.history(schema, name)
     keys = list(shape.key_columns)
@@ -96,7 +92,7 @@ def apply(run: "SilverContext", table: TableScan, shape: TableShape, every: Data
                target)
 
 
-def close(run: "SilverContext", table: TableScan) -> None:
+def close(run: SilverContext, table: TableScan) -> None:
     """Close the current versions the batch's truncates and resync ends close (also in
     a batch with no row of the table: a bare truncate, a resync that found nothing)."""
     target = run.names.history(*table.name.split(".", 1))
@@ -106,7 +102,7 @@ def close(run: "SilverContext", table: TableScan) -> None:
     run.spark.sql(closing_merge_sql(target.sql, SOURCE_VIEW, table.closings)).collect()
 
 
-def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
+def tracked_columns(run: SilverContext, table: TableScan, shape: TableShape,
                     columns: Sequence[str]) -> list[str]:
     """The value columns whose change opens a version (silver.history_columns, default
     all); a name the table does not have stops the table before anything is written."""
@@ -120,7 +116,7 @@ def tracked_columns(run: "SilverContext", table: TableScan, shape: TableShape,
     return [c for c in tracked if c in columns]
 
 
-def _written_before(run: "SilverContext", target: TableRef, after: Position) -> bool:
+def _written_before(run: SilverContext, target: TableRef, after: Position) -> bool:
     """Whether the table holds a version that started after `after`: this batch was
     written before (its run stopped before recording its progress). File statistics
     answer it without reading the other files."""
@@ -128,7 +124,7 @@ def _written_before(run: "SilverContext", target: TableRef, after: Position) -> 
     return bool(run.read(target).filter(later).select(VALID_FROM).limit(1).collect())
 
 
-def _base(run: "SilverContext", target: TableRef, events: DataFrame, keys: Sequence[str],
+def _base(run: SilverContext, target: TableRef, events: DataFrame, keys: Sequence[str],
           after: Position, bounds: str | None) -> DataFrame:
     """The versions open at `after` of the keys the batch touches, read within the
     batch's key ranges (silver.merge.key_range) so the engines skip the other files."""

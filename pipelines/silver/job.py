@@ -23,11 +23,12 @@ from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.lake import TableLocation
 from pipelines.positions import Position, format_lsn
 from pipelines.silver.run_metrics import record_silver_run
-from pipelines.silver.apply import SilverContext, apply_table
+from pipelines.silver.apply import apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
     START, Progress, TableProgress, read_progress, write_progress)
 from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
+from pipelines.silver.tables import SilverContext
 
 log = logging.getLogger(__name__)
 

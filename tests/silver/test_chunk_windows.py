@@ -61,7 +61,7 @@ def test_the_window_filter_of_many_chunks_stays_within_spark_connects_depth(spar
     """64 chunks with their own snapshots (a 3M-row table at the default chunk size): one
     filter the engine accepts, true exactly for rows after the earliest low watermark or
     unseen by some snapshot."""
-    from pipelines.silver.apply import window_candidates
+    from pipelines.silver.bronze_batch import window_candidates
 
     windows = [ChunkWindow("b", c, "public.items", (100 + 2 * c, 0), (101 + 2 * c, 0), None,
                            Snapshot(xmin=EPOCH1 + 10 * c, xmax=EPOCH1 + 10 * c + 5))

@@ -7,7 +7,7 @@ import pytest
 from bronze_builder import Table, make_config
 from deltalake import DeltaTable
 
-from pipelines.silver.apply import tombstones_path
+from pipelines.silver.tables import tombstones_path
 from pipelines.silver.job import run_silver
 
 pytestmark = pytest.mark.spark
@@ -240,7 +240,7 @@ def test_a_value_that_cannot_be_typed_stops_the_table_before_anything_is_written
 @pytest.mark.parametrize("toast_in_window, filled", [(False, []), (True, None)])
 def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unchanged(
         spark, lake, config, monkeypatch, toast_in_window, filled):
-    from pipelines.silver import apply
+    from pipelines.silver import stage
 
     seen = []
 
@@ -248,8 +248,8 @@ def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unch
         seen.append(toast_columns)
         return latest_events(events, shape, floor, toast_columns, moved_rows)
 
-    latest_events = apply.latest_events
-    monkeypatch.setattr(apply, "latest_events", spy)
+    latest_events = stage.latest_events
+    monkeypatch.setattr(stage, "latest_events", spy)
     window_update = (ITEMS.update(19, 0, id=101, name="new", unchanged=["doc"], xid=93)
                      if toast_in_window else
                      ITEMS.update(19, 0, id=101, name="new", doc="P101b", xid=93))
