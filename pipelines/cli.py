@@ -31,6 +31,7 @@ BROKEN_PIPE_EXIT = 141  # as a process killed by SIGPIPE reports it (128 + 13)
 # whose defaults carry handler(args, config) -> exit code. In the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "pipelines.source.command",  # setup
+    "pipelines.status.command",
     "pipelines.demo.command",
     "pipelines.ingest.command",
     "pipelines.backfill.command",
@@ -77,27 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in COMMAND_MODULES:
         importlib.import_module(module).add_parser(verbs)
-        if module == "pipelines.source.command":
-            _add_status(verbs)
     return parser
-
-
-def _add_status(verbs: argparse._SubParsersAction) -> None:
-    status = verbs.add_parser(
-        "status", help="replication lag and pipeline freshness",
-        description="Report every layer: the replication slot (active, lag, WAL retained), "
-        "bronze (last commit, landed position, newest change), silver per table (applied "
-        "position, last run, error), backfills (progress) and gold (last refresh). The lake "
-        "side is read with delta-rs (no Spark) and shown even when the source is down "
-        "(exit 3 then).")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(handler=_status)
-
-
-def _status(args: argparse.Namespace, config: Config) -> int:
-    from pipelines.status import print_status
-
-    return print_status(config, as_json=args.json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

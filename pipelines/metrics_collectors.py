@@ -27,7 +27,7 @@ from pipelines.embedded_pg import free_port
 from pipelines.ingest.landed_metrics import INGEST
 from pipelines.metrics import ERRORS, count_error, gauge, gauge_families, serve, with_child
 from pipelines.silver.run_metrics import SILVER
-from pipelines.status import commit_time, query_slot, silver_progress_rows
+from pipelines.status.report import commit_time, query_slot, silver_progress_rows
 
 log = logging.getLogger(__name__)
 

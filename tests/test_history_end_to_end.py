@@ -29,7 +29,7 @@ from pipelines.silver.history import HISTORY_COLUMNS, IS_CURRENT, VALID_FROM, VA
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.source.text_format import with_text_format
-from pipelines.status import lake_status, status_lines
+from pipelines.status.report import lake_status, status_lines
 from pipelines.verify.run import Scratch, differences, source_snapshot
 from tests.support.demo import seeded
 

@@ -25,7 +25,7 @@ from pipelines.gold.io import TableGoldIO, register_inputs
 from pipelines.gold.run import run_gold
 from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes
 from pipelines.lake import Lake
-from pipelines.status import LakeStatus, status_lines
+from pipelines.status.report import LakeStatus, status_lines
 
 from tests.gold.conftest import META, SILVER_DDL, SILVER_ROWS, entry, silver_frame, ts
 
