@@ -1,8 +1,8 @@
 """Backfill progress in the lake: one row per backfill in the Delta table _state/backfills.
 
-A row is replaced (delta-rs overwrite with a predicate on its backfill id) as chunks
-land, so the table holds the current state of every backfill ever run and a crash
-resumes from the last persisted cursor. Chunk ids are handed out in reserved blocks
+A row is replaced (an upsert by backfill id, pipelines.state_table) as chunks land, so
+the table holds the current state of every backfill ever run and a crash resumes from
+the last persisted cursor. Chunk ids are handed out in reserved blocks
 (`chunk_ids_reserved`): a run never uses an id it has not persisted as reserved, and a
 resumed run starts past the reservation, so an id used by a crashed run (its low
 watermark may be in the WAL) is never used again.
@@ -10,20 +10,15 @@ watermark may be in the WAL) is never used again.
 
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from pipelines.lake import (
-    LOG_RETENTION, TableLocation, Where, location, read_delta, with_log_retention)
+from pipelines.lake import Where
+from pipelines.state_table import TIMESTAMP, StateTable
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
-_UTC = pa.timestamp("us", tz="UTC")
 
 STATE_SCHEMA = pa.schema([
     pa.field("backfill_id", pa.string(), nullable=False),
@@ -35,9 +30,9 @@ STATE_SCHEMA = pa.schema([
     pa.field("chunks_done", pa.int64(), nullable=False),
     pa.field("rows_done", pa.int64(), nullable=False),
     pa.field("rows_estimate", pa.int64()),  # pg_class.reltuples when the backfill started
-    pa.field("started_at", _UTC, nullable=False),
-    pa.field("updated_at", _UTC, nullable=False),
-    pa.field("finished_at", _UTC),
+    pa.field("started_at", TIMESTAMP, nullable=False),
+    pa.field("updated_at", TIMESTAMP, nullable=False),
+    pa.field("finished_at", TIMESTAMP),
     pa.field("error", pa.string()),
     pa.field("resync", pa.bool_()),  # also deletes what the source no longer has
     pa.field("generation", pa.int64()),  # the slot generation it ran in (resyncs)
@@ -88,17 +83,11 @@ class StateStore:
     """Reads and replaces backfill state rows; writes are serialized within the process."""
 
     def __init__(self, where: Where) -> None:
-        self.location = location(where)
-        self._lock = threading.Lock()
-        self._table: DeltaTable | None = None  # kept open: reloading the log costs more
+        self.table = StateTable(where, STATE_SCHEMA, key="backfill_id")
 
     def all(self) -> list[BackfillState]:
         """Every backfill, oldest first; empty if no backfill ever ran."""
-        try:
-            table = read_delta(self.location)
-        except TableNotFoundError:
-            return []
-        states = [_from_row(row) for row in table.to_pylist()]
+        states = self.table.records(BackfillState)
         return sorted(states, key=lambda s: (s.started_at, s.backfill_id))
 
     def latest_per_table(self) -> dict[str, BackfillState]:
@@ -108,54 +97,12 @@ class StateStore:
     def save(self, state: BackfillState) -> BackfillState:
         """Replace the backfill's row (retrying commit races with other processes)."""
         state = replace(state, updated_at=datetime.now(timezone.utc))
-        row = pa.Table.from_pylist([_to_row(state)], schema=STATE_SCHEMA)
-        predicate = f"backfill_id = '{_literal(state.backfill_id)}'"
-        with self._lock:
-            if self._table is None:
-                self._table = _open_or_create(self.location)
-            for attempt in range(20):
-                try:
-                    # schema_mode merge: a state table made before a column existed gains it
-                    write_deltalake(self._table, row, mode="overwrite", predicate=predicate,
-                                    schema_mode="merge")
-                    return state
-                except CommitFailedError:
-                    if attempt == 19:
-                        raise
-                    time.sleep(0.05 * (attempt + 1))
-                    self._table.update_incremental()
-        raise AssertionError("unreachable")
+        self.table.upsert([state])
+        return state
 
     def ensure(self) -> None:
         """Create the table if it does not exist yet (first backfill)."""
-        with self._lock:
-            if self._table is None:
-                self._table = _open_or_create(self.location)
-
-
-def _open_or_create(where: TableLocation) -> DeltaTable:
-    try:
-        return with_log_retention(where.open())
-    except TableNotFoundError:
-        return where.create(STATE_SCHEMA, configuration=LOG_RETENTION)
-
-
-def _literal(value: str) -> str:
-    return value.replace("'", "''")
-
-
-def _to_row(state: BackfillState) -> dict:
-    row = {f.name: getattr(state, f.name) for f in fields(state)}
-    for key in ("cursor_columns", "cursor"):
-        row[key] = list(row[key]) if row[key] is not None else None
-    return row
-
-
-def _from_row(row: dict) -> BackfillState:
-    for key in ("cursor_columns", "cursor"):
-        row[key] = tuple(row[key]) if row[key] is not None else None
-    row["resync"] = bool(row.get("resync"))
-    return BackfillState(**row)
+        self.table.create()
 
 
 def pending_resyncs(states: list[BackfillState], generation: int,

@@ -16,16 +16,14 @@ lineage (the same generation on a new timeline). The last row is the current one
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from deltalake import write_deltalake
-from deltalake.exceptions import TableNotFoundError
 
-from pipelines.lake import LOG_RETENTION, Lake, TableLocation, read_delta
+from pipelines.lake import Lake
+from pipelines.state_table import TIMESTAMP, StateTable
 
-_UTC = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([
     pa.field("generation", pa.int64(), nullable=False),
     pa.field("slot", pa.string(), nullable=False),
@@ -34,7 +32,7 @@ SCHEMA = pa.schema([
     pa.field("lake_start_lsn", pa.int64(), nullable=False),  # its positions are >= this
     pa.field("lsn_offset", pa.int64(), nullable=False),  # lake LSN = source LSN + offset
     pa.field("resync_tables", pa.list_(pa.string())),  # scheduled when it started
-    pa.field("recorded_at", _UTC, nullable=False),
+    pa.field("recorded_at", TIMESTAMP, nullable=False),
     pa.field("reason", pa.string()),
 ])
 
@@ -80,17 +78,12 @@ class Registry:
     """The lake's slot generations (`_state/slot_generations`)."""
 
     def __init__(self, lake: Lake) -> None:
-        self.location: TableLocation = lake.slot_generations
+        self.table = StateTable(lake.slot_generations, SCHEMA)
 
     def all(self) -> list[Generation]:
         """Every recorded row, oldest first; empty for a lake that never recorded one."""
-        try:
-            rows = read_delta(self.location).to_pylist()
-        except TableNotFoundError:
-            return []
-        rows.sort(key=lambda r: (r["generation"], r["recorded_at"]))
-        return [Generation(**{**r, "resync_tables": tuple(r["resync_tables"] or ())})
-                for r in rows]
+        return sorted(self.table.records(Generation),
+                      key=lambda g: (g.generation, g.recorded_at))
 
     def current(self, slot: str) -> Generation:
         """The newest row, or generation 0 if none was recorded."""
@@ -99,15 +92,9 @@ class Registry:
 
     def record(self, generation: Generation) -> Generation:
         """Append a row (the new current one)."""
-        row = {**asdict(generation), "resync_tables": list(generation.resync_tables),
-               "recorded_at": datetime.now(timezone.utc)}
-        try:
-            table = self.location.open()
-        except TableNotFoundError:
-            table = self.location.create(SCHEMA, configuration=LOG_RETENTION,
-                                         name="slot_generations")
-        write_deltalake(table, pa.Table.from_pylist([row], schema=SCHEMA), mode="append")
-        return replace(generation, recorded_at=row["recorded_at"])
+        recorded = replace(generation, recorded_at=datetime.now(timezone.utc))
+        self.table.append([recorded])
+        return recorded
 
 
 def generation_starts(generations: list[Generation]) -> list[int]:

@@ -1,10 +1,10 @@
 """Gold's bookkeeping in the lake: each report's last refresh, and each incremental
 report's group index.
 
-`_state/gold_refreshes` holds one row per report (replaced, delta-rs overwrite with a
-predicate on the report): when it was refreshed, whole or by groups and how many, and
-for an incremental report the silver position it was refreshed to and what its inputs
-looked like. `status` reads it without Spark.
+`_state/gold_refreshes` holds one row per report (upserted, pipelines.state_table): when
+it was refreshed, whole or by groups and how many, and for an incremental report the
+silver position it was refreshed to and what its inputs looked like. `status` reads it
+without Spark.
 
 `_state/gold_groups/<report>` is an incremental report's group index: every key of its
 silver table with the group its row was in at the last refresh. A refresh needs the
@@ -13,22 +13,19 @@ old group of a row that changed or was deleted, and silver keeps only the new ro
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 
 import pyarrow as pa
-from deltalake import write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from pipelines.lake import LOG_RETENTION, Lake, TableLocation, read_delta, with_log_retention
+from pipelines.lake import Lake, TableLocation
+from pipelines.state_table import TIMESTAMP, StateTable
 
 FULL, INCREMENTAL = "full", "incremental"
-_UTC = pa.timestamp("us", tz="UTC")
 
 SCHEMA = pa.schema([
     pa.field("report", pa.string(), nullable=False),
-    pa.field("refreshed_at", _UTC, nullable=False),
+    pa.field("refreshed_at", TIMESTAMP, nullable=False),
     pa.field("kind", pa.string(), nullable=False),  # full | incremental
     pa.field("rows", pa.int64(), nullable=False),  # rows written (a refresh: its groups')
     pa.field("seconds", pa.float64(), nullable=False),
@@ -77,10 +74,6 @@ class Refresh:
         return f"full, {self.rows:,} rows{reason}"
 
 
-def refreshes_table(lake: Lake) -> TableLocation:
-    return lake.state("gold_refreshes")
-
-
 def group_index(lake: Lake, report: str) -> TableLocation:
     """Where an incremental report keeps its group index."""
     return lake.state("gold_groups", report)
@@ -93,30 +86,13 @@ def group_staging(lake: Lake, report: str) -> TableLocation:
 
 def read_refreshes(lake: Lake) -> dict[str, Refresh]:
     """Every report's last refresh, by report; empty before the first."""
-    try:
-        rows = read_delta(refreshes_table(lake)).to_pylist()
-    except TableNotFoundError:
-        return {}
-    names = {f.name for f in fields(Refresh)}
-    return {row["report"]: Refresh(**{k: v for k, v in row.items() if k in names})
-            for row in rows}
+    return {refresh.report: refresh for refresh in _refreshes(lake).records(Refresh)}
 
 
 def record_refresh(lake: Lake, refresh: Refresh) -> None:
     """Replace the report's row (retrying a commit race with another report's writer)."""
-    where = refreshes_table(lake)
-    row = pa.Table.from_pylist([{f.name: getattr(refresh, f.name) for f in fields(refresh)}],
-                               schema=SCHEMA)
-    predicate = "report = '{}'".format(refresh.report.replace("'", "''"))
-    for attempt in range(20):
-        try:
-            table = with_log_retention(where.open())
-        except TableNotFoundError:
-            table = where.create(SCHEMA, configuration=LOG_RETENTION)
-        try:
-            write_deltalake(table, row, mode="overwrite", predicate=predicate)
-            return
-        except CommitFailedError:
-            if attempt == 19:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+    _refreshes(lake).upsert([refresh])
+
+
+def _refreshes(lake: Lake) -> StateTable:
+    return StateTable(lake.state("gold_refreshes"), SCHEMA, key="report")
