@@ -341,7 +341,6 @@ def _label(args: tuple) -> str:
         text = str(plan.command.sql_command)
         if "MERGE" in text:
             target = ("tombstones" if "silver_tombstones" in text
-                      else "progress" if "silver_progress" in text
                       else "history" if "silver_history" in text else "silver")
             return f"MERGE INTO {target}"
     frame = sys._getframe(3)
@@ -422,13 +421,11 @@ def phase_spark(lake: Path, out: Path) -> None:
 def phase_progress(lake: Path, lsn: int, index: int) -> None:
     """Record silver's progress of public.bench (and of the whole scan) at a position,
     with the pipeline's own write_progress: the next run applies only what follows."""
-    from pipelines.engine import start_local_session
     from pipelines.lake import Lake
     from pipelines.silver.progress import TableProgress, write_progress
 
-    spark = start_local_session((lake / "_warehouse").resolve())
-    write_progress(spark, Lake.of(lake).silver_progress, True,
-                   {TABLE: TableProgress((lsn, index))}, (lsn, index))
+    write_progress(Lake.of(lake).silver_progress, {TABLE: TableProgress((lsn, index))},
+                   (lsn, index))
 
 
 def phase_sail_merge(target: Path, source: Path, out: Path) -> None:

@@ -26,8 +26,9 @@ from pipelines.lake import Lake
 from pipelines.embedded_pg import free_port
 from pipelines.ingest.landed_metrics import INGEST
 from pipelines.metrics import ERRORS, count_error, gauge, gauge_families, serve, with_child
+from pipelines.silver.progress import progress_rows
 from pipelines.silver.run_metrics import SILVER
-from pipelines.status.report import commit_time, query_slot, silver_progress_rows
+from pipelines.status.report import commit_time, query_slot
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class LakeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             bronze_at = self._bronze_commit_time()
-            silver = silver_progress_rows(self.lake)
+            silver = progress_rows(self.lake.silver_progress)
         except (OSError, DeltaError) as exc:
             log.debug("metrics: cannot read the lake: %s", exc)
             count_error("storage")
@@ -122,12 +123,9 @@ class LakeCollector(Collector):
         values: dict[str, list] = {name: [] for name in self.SILVER_HELP}
         for row in silver:
             table = [row["table_name"]]
-            updated = row["updated_at"]
-            if updated.tzinfo is None:
-                updated = updated.replace(tzinfo=timezone.utc)
             values["lakehouse_silver_applied_lsn"].append((table, max(row["lsn"], 0)))
             values["lakehouse_silver_freshness_seconds"].append(
-                (table, max(0.0, (now - updated).total_seconds())))
+                (table, max(0.0, (now - row["updated_at"]).total_seconds())))
             values["lakehouse_silver_table_stopped"].append((table, 1 if row["error"] else 0))
         yield from gauge_families(self.SILVER_HELP, ["table"], values)
 

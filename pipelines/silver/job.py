@@ -81,13 +81,10 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         log.info("silver: no bronze yet at %s", lake.bronze_changes)
         return SilverRunReport(None)
     progress_path = lake.silver_progress
-    progress_exists = progress_path.exists()
-    progress = read_progress(spark, progress_path, progress_exists)
+    progress = read_progress(progress_path)
     rebuild += _histories_to_build(config, spark, names, progress, scope, rebuild)
     if rebuild:  # first record the intent: a crash mid-rebuild must not resume half-way
-        write_progress(spark, progress_path, progress_exists,
-                       {t: TableProgress(START) for t in rebuild}, None)
-        progress_exists = True
+        write_progress(progress_path, {t: TableProgress(START) for t in rebuild}, None)
         progress = replace(progress, tables={**progress.tables,
                                              **{t: TableProgress(START) for t in rebuild}})
 
@@ -120,8 +117,7 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         # Every table was scanned to here (a slice held back by a stopped table may end
         # before an earlier run's mark: that mark stands).
         scanned = max(scan.upto, progress.scanned) if tables is None and not rebuild else None
-        write_progress(spark, progress_path, progress_exists, new_progress, scanned)
-        progress_exists = True
+        write_progress(progress_path, new_progress, scanned)
         _maintain(run, [r.table for r in slice_reports if not r.error], progress_path)
         progress = Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
         for report in slice_reports:

@@ -1,4 +1,5 @@
-"""Silver's progress: the last bronze position applied per table, in a Delta state table.
+"""Silver's progress: the last bronze position applied per table, in a state table
+(pipelines.state_table: delta-rs, no Spark job).
 
 One row per source table ("schema.table") plus one row "*": the position up to which
 bronze was scanned for every table of the configuration (a table first seen later
@@ -15,14 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
 
-from pipelines.catalog import delta_path
 from pipelines.lake import TableLocation
 from pipelines.positions import START, Position
+from pipelines.state_table import TIMESTAMP, StateTable
 
-SCHEMA = ("table_name string, lsn long, change_index long, floor_lsn long, "
-          "floor_change_index long, error string, updated_at timestamp")
+# Every column nullable, as in a progress table Spark wrote (a lake may hold one: it reads
+# and takes writes as it is).
+SCHEMA = pa.schema([
+    pa.field("table_name", pa.string()),  # schema.table, or ALL
+    pa.field("lsn", pa.int64()),
+    pa.field("change_index", pa.int64()),
+    pa.field("floor_lsn", pa.int64()),  # the latest truncate (null: none)
+    pa.field("floor_change_index", pa.int64()),
+    pa.field("error", pa.string()),
+    pa.field("updated_at", TIMESTAMP),
+])
 ALL = "*"
 
 
@@ -46,36 +56,42 @@ class Progress:
         return self.tables.get(table) or TableProgress(self.scanned)
 
 
-def read_progress(spark: SparkSession, path: TableLocation, exists: bool) -> Progress:
-    """The state table's content (empty progress when it does not exist yet)."""
-    if not exists:
-        return Progress()
+def read_progress(where: TableLocation) -> Progress:
+    """The state table's content (empty progress before its first write)."""
     tables, scanned = {}, START
-    for row in spark.read.format("delta").load(path.uri).collect():
-        position = (row.lsn, row.change_index)
-        if row.table_name == ALL:
+    for row in _state(where).rows():
+        position = (row["lsn"], row["change_index"])
+        if row["table_name"] == ALL:
             scanned = position
             continue
-        floor = None if row.floor_lsn is None else (row.floor_lsn, row.floor_change_index)
-        tables[row.table_name] = TableProgress(position, floor, row.error)
+        floor = (None if row["floor_lsn"] is None
+                 else (row["floor_lsn"], row["floor_change_index"]))
+        tables[row["table_name"]] = TableProgress(position, floor, row["error"])
     return Progress(tables, scanned)
 
 
-def write_progress(spark: SparkSession, path: TableLocation, exists: bool,
-                   tables: dict[str, TableProgress], scanned: Position | None) -> None:
-    """Upsert the given tables' rows (and the "*" row unless `scanned` is None): one commit."""
+def progress_rows(where: TableLocation) -> list[dict]:
+    """Each table's row as stored (not the ALL row): what status and metrics show."""
+    return [row for row in _state(where).rows() if row["table_name"] != ALL]
+
+
+def write_progress(where: TableLocation, tables: dict[str, TableProgress],
+                   scanned: Position | None) -> None:
+    """Upsert the given tables' rows (and the ALL row unless `scanned` is None): one commit."""
     now = datetime.now(timezone.utc)
-    rows = [(name, *p.position, *(p.floor or (None, None)), p.error, now)
-            for name, p in sorted(tables.items())]
+    rows = [_row(name, p.position, p.floor, p.error, now) for name, p in sorted(tables.items())]
     if scanned is not None:
-        rows.append((ALL, *scanned, None, None, None, now))
-    if not rows:
-        return
-    updates = spark.createDataFrame(rows, SCHEMA)
-    if not exists:
-        updates.write.format("delta").save(path.uri)
-        return
-    view = "_lakehouse_silver_progress"
-    updates.createOrReplaceTempView(view)
-    spark.sql(f"MERGE INTO {delta_path(path)} t USING {view} s ON t.table_name = s.table_name "
-              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *").collect()
+        rows.append(_row(ALL, scanned, None, None, now))
+    _state(where).upsert(rows)
+
+
+def _row(table: str, position: Position, floor: Position | None, error: str | None,
+         now: datetime) -> dict:
+    lsn, index = position
+    floor_lsn, floor_index = floor or (None, None)
+    return {"table_name": table, "lsn": lsn, "change_index": index, "floor_lsn": floor_lsn,
+            "floor_change_index": floor_index, "error": error, "updated_at": now}
+
+
+def _state(where: TableLocation) -> StateTable:
+    return StateTable(where, SCHEMA, key="table_name")

@@ -18,7 +18,8 @@ from pipelines.gold.state import Refresh, read_refreshes
 from pipelines.bronze.generations import Registry
 from pipelines.ingest.bronze_writer import landed_lsn, read_progress
 from pipelines.positions import format_lsn
-from pipelines.lake import Lake, read_delta
+from pipelines.lake import Lake
+from pipelines.silver.progress import progress_rows
 from pipelines.source.connection import connect
 from pipelines.source.lineage import RECOVER, inspect_lineage
 
@@ -85,17 +86,9 @@ def lake_status(config: Config) -> LakeStatus:
         "lsn": format_lsn(max(row["lsn"], 0)), "change_index": row["change_index"],
         "last_run_at": row["updated_at"], "error": row["error"],
         "history_written_at": history_written_at(config, lake, row["table_name"])}
-        for row in silver_progress_rows(lake)}
+        for row in progress_rows(lake.silver_progress)}
     return LakeStatus(commit_time(bronze), newest, format_lsn(progress.end_lsn), silver,
                       read_refreshes(lake))
-
-
-def silver_progress_rows(lake: Lake) -> list[dict]:
-    """Silver's progress per table (not the "*" row of the scan), read with delta-rs."""
-    where = lake.silver_progress
-    if not where.exists():
-        return []
-    return [row for row in read_delta(where).to_pylist() if row["table_name"] != "*"]
 
 
 def history_written_at(config: Config, lake: Lake, table: str) -> datetime | None:

@@ -112,7 +112,7 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
     if not lake.bronze_changes.exists():
         raise NotCaughtUp("bronze is empty: run `lakehouse ingest` (and a backfill) first")
     path = lake.silver_progress
-    progress = read_progress(spark, path, path.exists())
+    progress = read_progress(path)
     changes = spark.read.format("delta").load(lake.bronze_changes.uri)
     watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
     row_table = F.when(F.col("table_name").isNotNull(),

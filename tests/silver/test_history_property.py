@@ -226,7 +226,7 @@ def test_any_batching_and_replay_give_the_same_history(spark, tmp_path, played):
 
     # Replay the sliced lake after an earlier position (as after lost progress).
     back = rng.choice([r for kind, rows in played.landed if kind == "changes" for r in rows])
-    write_progress(spark, lake.layout.state("silver_progress"), True,
+    write_progress(lake.layout.state("silver_progress"),
                    {"public.items": TableProgress((back["commit_lsn"], back["change_index"]))},
                    None)
     assert run_silver(history_config(lake.root), spark).upto is not None

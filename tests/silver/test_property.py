@@ -204,7 +204,7 @@ def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
     changes = [r for kind, rows in history.landed if kind == "changes" for r in rows]
     back = rng.choice(changes)
     progress = pieces.layout.state("silver_progress")
-    write_progress(spark, progress, True,
+    write_progress(progress,
                    {"public.items": TableProgress((back["commit_lsn"], back["change_index"]))},
                    None)
     assert not run_silver(config, spark).failed
