@@ -80,48 +80,23 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     if not lake.bronze_changes.exists():
         log.info("silver: no bronze yet at %s", lake.bronze_changes)
         return SilverRunReport(None)
-    progress_path = lake.silver_progress
-    progress = read_progress(progress_path)
-    rebuild += _histories_to_build(config, spark, names, progress, scope, rebuild)
-    if rebuild:  # first record the intent: a crash mid-rebuild must not resume half-way
-        write_progress(progress_path, {t: TableProgress(START) for t in rebuild}, None)
-        progress = replace(progress, tables={**progress.tables,
-                                             **{t: TableProgress(START) for t in rebuild}})
-
+    progress, rebuild = _start_progress(config, spark, names, scope, rebuild)
     changes = spark.read.format("delta").load(lake.bronze_changes.uri)
-    starts = generation_starts(Registry(lake).all())
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
-                        starts, lambda table: history_of(config, table))
-    configured = configured_tables(config, None)  # not --table: a clash can span runs
+                        generation_starts(Registry(lake).all()),
+                        lambda table: history_of(config, table))
     reports: dict[str, TableReport] = {}
     upto = None
     while True:  # one pass per slice; all new bronze unless it exceeds max_batch_rows
-        bounds, default = lower_bounds(progress, scope)
-        stopped = {name for name, report in reports.items() if report.error}
-        scan = scan_bronze(changes, bounds, default, scope,
-                           lambda: watermarks_before(changes, min([default, *bounds.values()])),
-                           max_rows=config.silver.max_batch_rows,
-                           excluded=stopped,  # not counted, nor scanned, again in this run
-                           generation_starts=starts)
+        scan, bounds = _scan_slice(run, config, progress, scope, reports)
         if scan.upto is None:
             break
-        if scan.sliced:
-            log.info("silver: more new bronze than silver.max_batch_rows (%d rows); applying "
-                     "a slice up to commit LSN %s", config.silver.max_batch_rows,
-                     format_lsn(scan.upto[0]))
-        clashes = names.silver_clashes(configured if configured is not None
-                                       else [*progress.tables, *scan.tables])
-        slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes,
-                                                  replaced=set(rebuild) - set(reports))
         # Every table was scanned to here (a slice held back by a stopped table may end
         # before an earlier run's mark: that mark stands).
         scanned = max(scan.upto, progress.scanned) if tables is None and not rebuild else None
-        write_progress(progress_path, new_progress, scanned)
-        _maintain(run, [r.table for r in slice_reports if not r.error], progress_path)
-        progress = Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
-        for report in slice_reports:
-            reports[report.table] = _combined(reports.get(report.table), report)
+        progress = _apply_slice(run, config, scan, progress, bounds, scanned,
+                                set(rebuild) - set(reports), reports)
         upto = scan.upto
         if not scan.sliced:
             break
@@ -129,6 +104,56 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
                              time.monotonic() - started)
     record_silver_run(report.tables)
     return report
+
+
+def _start_progress(config: Config, spark: SparkSession, names: TableNames,
+                    scope: Sequence[str] | None, rebuild: list[str]
+                    ) -> tuple[Progress, list[str]]:
+    """The progress the run starts from, and every table it rebuilds (those asked for
+    and those whose history was just turned on), whose intent is recorded first: a crash
+    mid-rebuild must not resume half-way."""
+    progress = read_progress(names.lake.silver_progress)
+    rebuild = rebuild + _histories_to_build(config, spark, names, progress, scope, rebuild)
+    if rebuild:
+        restart = {t: TableProgress(START) for t in rebuild}
+        write_progress(names.lake.silver_progress, restart, None)
+        progress = replace(progress, tables={**progress.tables, **restart})
+    return progress, rebuild
+
+
+def _scan_slice(run: SilverContext, config: Config, progress: Progress,
+                scope: Sequence[str] | None, reports: dict[str, TableReport]
+                ) -> tuple[BronzeScan, dict[str, Position]]:
+    """Scan the next slice of new bronze (all of it unless it exceeds max_batch_rows),
+    and the position each table starts from."""
+    bounds, default = lower_bounds(progress, scope)
+    stopped = {name for name, report in reports.items() if report.error}
+    scan = scan_bronze(run.changes, bounds, default, scope,
+                       lambda: watermarks_before(run.changes, min([default, *bounds.values()])),
+                       max_rows=config.silver.max_batch_rows,
+                       excluded=stopped,  # not counted, nor scanned, again in this run
+                       generation_starts=run.generation_starts)
+    if scan.sliced:
+        log.info("silver: more new bronze than silver.max_batch_rows (%d rows); applying "
+                 "a slice up to commit LSN %s", config.silver.max_batch_rows,
+                 format_lsn(scan.upto[0]))
+    return scan, bounds
+
+
+def _apply_slice(run: SilverContext, config: Config, scan: BronzeScan, progress: Progress,
+                 bounds: dict[str, Position], scanned: Position | None, replaced: set[str],
+                 reports: dict[str, TableReport]) -> Progress:
+    """Apply one slice to every table, record its progress, maintain the tables; add
+    each table's report to `reports`. Returns the progress after it."""
+    configured = configured_tables(config, None)  # not --table: a clash can span runs
+    clashes = run.names.silver_clashes(configured if configured is not None
+                                       else [*progress.tables, *scan.tables])
+    slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes, replaced)
+    write_progress(run.lake.silver_progress, new_progress, scanned)
+    _maintain(run, [r.table for r in slice_reports if not r.error], run.lake.silver_progress)
+    for report in slice_reports:
+        reports[report.table] = _combined(reports.get(report.table), report)
+    return Progress({**progress.tables, **new_progress}, scanned or progress.scanned)
 
 
 def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
