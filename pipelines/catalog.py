@@ -30,21 +30,16 @@ from typing import TYPE_CHECKING, Iterable
 
 from pipelines.errors import ConfigError
 from pipelines.lake import Lake, TableLocation
+from pipelines.names import DEFAULT_SCHEMA, quote, split_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
     from pipelines.config import Config
 
-SOURCE_DEFAULT_SCHEMA = "public"  # its tables keep their own name in a catalog
 _SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _REFUSED_BY_UNITY = re.compile(r"[./ \x00-\x1f\x7f]")  # not allowed even in backticks
 _UNITY_MAX = 255
-
-
-def quote(name: str) -> str:
-    """One identifier part in backticks (a backtick inside is doubled): `my-table`."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def delta_path(path: TableLocation | str) -> str:
@@ -66,7 +61,7 @@ def readable(parts: Iterable[str]) -> str:
 def silver_table_name(schema: str, table: str) -> str:
     """A silver table's name in a catalog: the table's own name for schema public,
     else <schema>_<table> (users, sales_orders)."""
-    return table if schema == SOURCE_DEFAULT_SCHEMA else f"{schema}_{table}"
+    return table if schema == DEFAULT_SCHEMA else f"{schema}_{table}"
 
 
 def unity_table_name(name: str) -> str:
@@ -176,7 +171,7 @@ class TableNames:
         such table -> the others. Paths never clash."""
         by_target: dict[str, list[str]] = {}
         for name in sorted(set(tables)):
-            by_target.setdefault(self.silver(*name.split(".", 1)).sql, []).append(name)
+            by_target.setdefault(self.silver(*split_table(name)).sql, []).append(name)
         return {name: tuple(n for n in group if n != name)
                 for group in by_target.values() if len(group) > 1 for name in group}
 

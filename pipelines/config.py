@@ -17,6 +17,7 @@ import yaml
 
 from pipelines import storage
 from pipelines.errors import ConfigError
+from pipelines.names import qualify_table
 
 CONFIG_ENV = "LAKEHOUSE_CONFIG"
 DSN_ENV = "LAKEHOUSE_SOURCE_DSN"
@@ -280,7 +281,7 @@ def _gold(values: Mapping[str, Any], base_dir: Path) -> GoldConfig:
 
 def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:
     """The run's scope as schema.table names (None: every table bronze holds)."""
-    wanted = None if not tables else [t if "." in t else f"public.{t}" for t in tables]
+    wanted = None if not tables else [qualify_table(t) for t in tables]
     if config.source.tables == ALL_TABLES:
         return wanted
     configured = list(config.source.tables)
@@ -392,7 +393,7 @@ def _with_tables(source: SourceConfig) -> SourceConfig:
 
 def _qualified_names(names: Sequence[str], key: str) -> tuple[str, ...]:
     """schema.table names, a bare name taken as public's."""
-    qualified = tuple(name if "." in name else f"public.{name}" for name in names)
+    qualified = tuple(qualify_table(name) for name in names)
     for name, full in zip(names, qualified):
         if not _QUALIFIED.match(full):
             raise ConfigError(f"{key}: got {name!r}, expected schema.table")

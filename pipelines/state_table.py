@@ -19,6 +19,7 @@ from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from pipelines.lake import LOG_RETENTION, Where, location, read_delta, with_log_retention
+from pipelines.names import standard_string
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -60,7 +61,7 @@ class StateTable:
         table = self._arrow(rows)
         keys = sorted(set(table.column(self.key).to_pylist()))
         if keys:
-            self._commit(table, f"{self.key} IN ({', '.join(map(_string, keys))})")
+            self._commit(table, f"{self.key} IN ({', '.join(map(standard_string, keys))})")
 
     def append(self, rows: Iterable[Any]) -> None:
         """Add rows (dicts or dataclasses)."""
@@ -126,8 +127,3 @@ def _value(field: Field, value: Any) -> Any:
     if value is None and field.default_factory is not MISSING:
         return field.default_factory()
     return tuple(value) if isinstance(value, list) else value
-
-
-def _string(value: str) -> str:
-    """A SQL string literal (delta-rs predicates)."""
-    return "'{}'".format(value.replace("'", "''"))

@@ -21,6 +21,7 @@ from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
 from pipelines.lake import LOG_RETENTION, Lake, with_log_retention
 from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.names import qualify_table
 from pipelines.source.connection import connect
 from pipelines.source.lineage import inspect_lineage
 from pipelines.source.setup import check_keys, resolve_tables
@@ -85,7 +86,7 @@ def select_tables(conn: psycopg.Connection, source: SourceConfig,
     configured = resolve_tables(conn, source.tables)
     if not requested:
         return configured
-    names = tuple(dict.fromkeys(t if "." in t else f"public.{t}" for t in requested))
+    names = tuple(dict.fromkeys(qualify_table(t) for t in requested))
     unknown = [t for t in names if t not in configured]
     if unknown:
         raise ConfigError(f"not a configured table: {', '.join(unknown)}. Configured: "

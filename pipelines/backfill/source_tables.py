@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from pipelines.errors import ConfigError, SourceError
+from pipelines.names import pg_identifier, split_table
 from pipelines.source.setup import publishes_generated_columns
 
 
@@ -45,12 +46,12 @@ class SourceTable:
 
 def regclass(table: str) -> str:
     """'schema.table' as text that `::regclass` resolves exactly (case kept)."""
-    return ".".join('"' + part.replace('"', '""') + '"' for part in table.split(".", 1))
+    return pg_identifier(*split_table(table))
 
 
 def table_shape(conn: psycopg.Connection, table: str, publication: str) -> SourceTable:
     """Read the table's published columns and key; the table must be in the publication."""
-    schema, name = table.split(".", 1)
+    schema, name = split_table(table)
     published = conn.execute(
         "SELECT attnames, rowfilter FROM pg_publication_tables "
         "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
@@ -125,7 +126,7 @@ def estimated_rows(conn: psycopg.Connection, table: str) -> int | None:
 def key_correlation(conn: psycopg.Connection, table: str, column: str) -> float | None:
     """pg_stats.correlation of a key column: how closely the heap follows its order
     (+-1: in order, 0: scattered, as a random uuid key); None before any ANALYZE."""
-    schema, name = table.split(".", 1)
+    schema, name = split_table(table)
     row = conn.execute(
         "SELECT correlation FROM pg_stats WHERE schemaname = %s AND tablename = %s "
         "AND attname = %s ORDER BY inherited DESC LIMIT 1", (schema, name, column)).fetchone()

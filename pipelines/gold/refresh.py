@@ -33,18 +33,19 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.catalog import TableRef, delta_path, quote, read_table, staged
+from pipelines.catalog import TableRef, delta_path, read_table, staged
 from pipelines.errors import ConfigError
 from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
 from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
                                   read_refreshes, record_refresh)
+from pipelines.names import quote, spark_literal
 from pipelines.position_columns import is_after_position
 from pipelines.positions import START, Position
 from pipelines.silver.events import CHANGE_INDEX, LSN, tombstone_keys
 from pipelines.silver.maintenance import DELETION_VECTORS
-from pipelines.silver.merge import key_range, sql_literal
+from pipelines.silver.merge import key_range
 
 if TYPE_CHECKING:
     from pipelines.gold.definitions import Report
@@ -263,7 +264,7 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
         *keys, F.lit(None).cast(changed.schema[GROUP].dataType).alias(GROUP), LSN,
         CHANGE_INDEX, F.lit(False).alias("_live"))
     events = changed.unionByName(deleted)
-    index = spark.read.format("delta").load(group_index(io.lake, report).uri)
+    index = read_table(spark, TableRef(path=group_index(io.lake, report)))
     # the index's rows of those keys (a broadcast join: the changes are the small side)
     known = index.join(F.broadcast(events.select(*keys, "_live")), keys)
     tagged = events.select(F.lit(False).alias("_known"), "_live", GROUP, LSN, CHANGE_INDEX) \
@@ -320,7 +321,7 @@ def _rows_of_groups(spark: SparkSession, io: "GoldIO", report: str, driving: Dri
     groups and the changed rows' keys; the ranges those span (as silver's MERGE uses
     them) let the engines skip the files and row groups of other keys, which the group
     filter alone cannot."""
-    index = spark.read.format("delta").load(group_index(io.lake, report).uri)
+    index = read_table(spark, TableRef(path=group_index(io.lake, report)))
     keys = (index.filter(in_groups(GROUP, changes.touched)).select(*driving.keys)
             .unionByName(changes.changed))
     rows = driving.rows
@@ -363,7 +364,7 @@ def _group_type(gold: DataFrame, grouping: Grouping, report: "Report") -> str:
 
 def in_groups(column: str, values: list) -> str:
     """SQL: `column` (SQL text) is one of `values`, NULL included when it is one of them."""
-    literals = [sql_literal(v) for v in values if v is not None]
+    literals = [spark_literal(v) for v in values if v is not None]
     terms = [f"{column} IN ({', '.join(literals)})"] if literals else []
     if None in values:
         terms.append(f"{column} IS NULL")
@@ -389,7 +390,7 @@ def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
     (driving.rows.select(*driving.keys, F.expr(_group_sql(gold, report)).alias(GROUP))
      .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .option(DELETION_VECTORS, "true").save(where.uri))
-    index = spark.read.format("delta").load(where.uri)
+    index = read_table(spark, TableRef(path=where))
     groups = index.select(F.col(GROUP)).distinct()
     unknown = (gold.select(F.col(grouping.column).alias("_value")).distinct()
                .join(groups, F.col("_value").eqNullSafe(groups[GROUP]), "left_anti"))

@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from psycopg import pq
 
 from pipelines.errors import SourceError
+from pipelines.names import pg_identifier
 from pipelines.positions import format_lsn
 from pipelines.ingest.wire import encode_standby_status_update
-from pipelines.source.lineage import RECOVER, quote_ident
+from pipelines.source.lineage import RECOVER
 from pipelines.source.text_format import with_text_format
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,12 @@ class ReplicationStream:
 
     def _start(self, publication: str, start_lsn: int) -> None:
         options = [("proto_version", str(self.protocol_version)),
-                   ("publication_names", quote_ident(publication)),
+                   ("publication_names", pg_identifier(publication)),
                    ("messages", "true")]
         if self.protocol_version >= 2:
             options.append(("streaming", "on"))
         opts = ", ".join(f"{k} '{v.replace(chr(39), chr(39) * 2)}'" for k, v in options)
-        command = (f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL "
+        command = (f"START_REPLICATION SLOT {pg_identifier(self.slot)} LOGICAL "
                    f"{format_lsn(start_lsn)} ({opts})")
         result = self._conn.exec_(command.encode())
         if result.status != pq.ExecStatus.COPY_BOTH:

@@ -8,6 +8,7 @@ it loses what is at or below.
 from __future__ import annotations
 
 from pipelines.errors import DataError
+from pipelines.names import split_table
 from pipelines.positions import Position
 from pipelines.silver import history_tables
 from pipelines.silver.plan import plan_batch, table_floor
@@ -33,7 +34,7 @@ def _bare_truncate(run: SilverContext, table: TableScan, before: TableProgress) 
     """A batch of truncates only: delete at or below the new floor, close history."""
     floor = table_floor(table, before)
     if floor is not None and floor != before.floor:
-        schema, name = table.name.split(".", 1)
+        schema, name = split_table(table.name)
         for target in (run.names.silver(schema, name), run.names.tombstones(schema, name)):
             truncate(run, target, floor)
         if run.keeps_history(table.name):

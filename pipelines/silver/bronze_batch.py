@@ -15,7 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType
 
 from pipelines.bronze.schema import OP_TRUNCATE
+from pipelines.catalog import TableRef, read_table
 from pipelines.errors import DataError
+from pipelines.names import split_table
 from pipelines.position_columns import is_after_position, is_within
 from pipelines.positions import Position
 from pipelines.silver.chunk_windows import ChunkWindow, invisible_to_snapshot
@@ -56,7 +58,7 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
         raise DataError(f"{table.name}: {with_rows - found.chunks} of {with_rows} backfill "
                         "chunks have no first row (row_index 0) in bronze/snapshots; "
                         "bronze is damaged: run `lakehouse backfill --restart` for the table")
-    schema, name = table.name.split(".", 1)
+    schema, name = split_table(table.name)
     newest = None if found.shape is None else shape_from_row(schema, name, found.shape)
     lists = found.column_lists or []
     return ChunkShapes(newest, tuple(lists[0]) if len(lists) == 1 else None)
@@ -65,16 +67,16 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
     if not table.windows or not run.lake.bronze_snapshots.exists():
         return None
-    schema, name = table.name.split(".", 1)
+    schema, name = split_table(table.name)
     ids = run.spark.createDataFrame([(w.backfill_id, w.chunk_id) for w in table.windows],
                                     "backfill_id string, chunk_id long")
-    return (run.spark.read.format("delta").load(run.lake.bronze_snapshots.uri)
+    return (read_table(run.spark, TableRef(path=run.lake.bronze_snapshots))
             .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
             .join(ids, ["backfill_id", "chunk_id"]))
 
 
 def _table_rows(run: SilverContext, table: TableScan) -> DataFrame:
-    schema, name = table.name.split(".", 1)
+    schema, name = split_table(table.name)
     return run.changes.filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
 
 

@@ -23,6 +23,7 @@ from pyspark.sql.types import ArrayType, StringType
 
 from pipelines.bronze.schema import OP_DELETE, OP_INSERT, OP_UPDATE
 from pipelines.errors import DataError
+from pipelines.names import quote
 from pipelines.silver.table_shape import SourceColumn, TableShape
 
 LSN, CHANGE_INDEX, COMMIT_TS = "_lsn", "_change_index", "_commit_ts"
@@ -41,11 +42,6 @@ DATA_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE)
 def col(name: str) -> Column:
     """A column by its exact name (source names may hold dots, spaces or backticks)."""
     return F.col(quote(name))
-
-
-def quote(name: str) -> str:
-    """`name` as a Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def shape_from_row(schema: str, table: str, row: Any) -> TableShape:

@@ -31,12 +31,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType, LongType, StringType, StructField, StructType, TimestampType)
 
+from pipelines.names import quote
 from pipelines.position_columns import (
     POSITION_TYPE, is_before_position, number_column, number_literal, sql_before, sql_number)
 from pipelines.positions import Position
 from pipelines.silver.events import (
     CHANGE, CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT,
-    col, quote)
+    col)
 from pipelines.silver.scan import Closing
 
 VALID_FROM, VALID_TO = "_valid_from", "_valid_to"

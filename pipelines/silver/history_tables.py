@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
+from pipelines.names import split_table
 from pipelines.position_columns import number_literal
 from pipelines.positions import Position
 from pipelines.silver.events import col
@@ -39,7 +40,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
     """Write the versions the batch `every` (all its typed, filled events, after
     `after`) opens, updates or closes, and close what its truncates close.
     unchanged: the only columns an event may have left unchanged (None: any)."""
-    schema, name = table.name.split(".", 1)
+    schema, name = split_table(table.name)
     target = run.names.history(schema, name)
     keys = list(shape.key_columns)
     wanted = history_schema(silver_schema.fields)
@@ -95,7 +96,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
 def close(run: SilverContext, table: TableScan) -> None:
     """Close the current versions the batch's truncates and resync ends close (also in
     a batch with no row of the table: a bare truncate, a resync that found nothing)."""
-    target = run.names.history(*table.name.split(".", 1))
+    target = run.names.history(*split_table(table.name))
     if not table.closings or not run.exists(target):
         return
     run.read(target).limit(0).createOrReplaceTempView(SOURCE_VIEW)

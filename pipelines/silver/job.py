@@ -16,17 +16,18 @@ from typing import Sequence
 
 from pyspark.sql import SparkSession
 
-from pipelines.catalog import TableNames, TableRef, table_exists
+from pipelines.bronze.generations import Registry, generation_starts
+from pipelines.catalog import TableNames, TableRef, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
-from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.lake import TableLocation
+from pipelines.names import qualify_table, split_table
 from pipelines.positions import Position, format_lsn
-from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.apply import apply_table
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
     START, Progress, TableProgress, read_progress, write_progress)
+from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
 from pipelines.silver.tables import SilverContext
 
@@ -76,12 +77,12 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     maintenance = maintenance_for(config, spark)
     maintenance.register_all(spark, lake)
     scope = configured_tables(config, list(tables or []) + list(rebuild) or None)
-    rebuild = [t if "." in t else f"public.{t}" for t in rebuild]
+    rebuild = [qualify_table(t) for t in rebuild]
     if not lake.bronze_changes.exists():
         log.info("silver: no bronze yet at %s", lake.bronze_changes)
         return SilverRunReport(None)
     progress, rebuild = _start_progress(config, spark, names, scope, rebuild)
-    changes = spark.read.format("delta").load(lake.bronze_changes.uri)
+    changes = read_table(spark, TableRef(path=lake.bronze_changes))
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
                         generation_starts(Registry(lake).all()),
@@ -200,7 +201,7 @@ def _maintain(run: SilverContext, tables: Sequence[str], progress_path: TableLoc
     the tables this run merged into once they have many small files, and keep their
     Delta logs short (pipelines.lake.LOG_RETENTION)."""
     for name in tables:
-        schema, table = name.split(".", 1)
+        schema, table = split_table(name)
         targets = [run.names.silver(schema, table), run.names.tombstones(schema, table)]
         if run.keeps_history(name):
             targets.append(run.names.history(schema, table))
@@ -232,7 +233,7 @@ def _histories_to_build(config: Config, spark: SparkSession, names: TableNames,
         if table in rebuild or (scope is not None and table not in scope) \
                 or not config.silver.keeps_history(table):
             continue
-        schema, name = table.split(".", 1)
+        schema, name = split_table(table)
         if table_exists(spark, names.silver(schema, name)) \
                 and not table_exists(spark, names.history(schema, name)):
             log.info("silver %s: history turned on; rebuilding the table and its history "
@@ -250,5 +251,5 @@ def history_of(config: Config, table: str) -> tuple[str, ...] | None:
 
 def clash_error(table: str, names: TableNames, others: Sequence[str]) -> str:
     """Why a table that shares its silver table with others is not applied."""
-    return (f"its silver table {names.silver(*table.split('.', 1))} would also hold "
+    return (f"its silver table {names.silver(*split_table(table))} would also hold "
             f"{', '.join(others)}; leave all but one of them out of source.tables")

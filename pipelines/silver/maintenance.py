@@ -19,9 +19,10 @@ from typing import Protocol, Sequence
 
 from pyspark.sql import SparkSession
 
-from pipelines.catalog import TableRef, quote, silver_table_name, table_exists
+from pipelines.catalog import TableRef, silver_table_name, table_exists
 from pipelines.config import Config, SilverConfig
 from pipelines.lake import Lake, TableLocation, trim_log
+from pipelines.names import quote, spark_string
 
 log = logging.getLogger(__name__)
 DELETION_VECTORS = "delta.enableDeletionVectors"  # the table property
@@ -80,9 +81,8 @@ class LocalMaintenance:
             return
         database = name.split(".", 1)[0]
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-        location = path.uri.replace("\\", "\\\\").replace("'", "\\'")
         spark.sql(f"DROP TABLE IF EXISTS {name}")
-        spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{location}'")
+        spark.sql(f"CREATE TABLE {name} USING delta LOCATION {spark_string(path.uri)}")
         self._registered[(id(spark), name)] = path
 
     def register_all(self, spark: SparkSession, lake: Lake) -> list[str]:

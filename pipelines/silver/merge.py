@@ -18,7 +18,6 @@ on the local engines, a Unity Catalog name on Databricks. Nothing else differs.
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Collection, Sequence
 
 from pyspark.sql import DataFrame, Window
@@ -26,10 +25,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType, DateType, IntegerType, LongType, ShortType, StringType)
 
+from pipelines.names import quote, spark_literal, spark_string
 from pipelines.position_columns import is_after, sql_before, sql_is_after
 from pipelines.positions import Position
 from pipelines.silver.events import (
-    CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col, quote)
+    CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col)
 
 STALE = "_cdc_stale"
 
@@ -73,7 +73,7 @@ def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
             continue
         if not ranges or ranges[0][0] is None:  # an empty batch
             return None
-        between = [f"t.{quote(key)} BETWEEN {sql_literal(low)} AND {sql_literal(high)}"
+        between = [f"t.{quote(key)} BETWEEN {spark_literal(low)} AND {spark_literal(high)}"
                    for low, high in ranges]
         terms.append(between[0] if len(between) == 1 else f"({' OR '.join(between)})")
     return " AND ".join(terms) or None
@@ -102,14 +102,6 @@ def _integer_ranges(batch: DataFrame, key: str) -> list[tuple[int, int]]:
     return [(r.v, end) for r, end in zip(starts, ends)]
 
 
-def sql_literal(value: object) -> str:
-    if isinstance(value, str):
-        return f"'{_string(value)}'"
-    if isinstance(value, date):
-        return f"DATE'{value.isoformat()}'"
-    return str(int(value))
-
-
 def silver_merge_sql(target: str, source: str, keys: Sequence[str],
                      target_columns: Sequence[str], source_columns: Sequence[str],
                      floor: Position | None = None,
@@ -132,7 +124,7 @@ def silver_merge_sql(target: str, source: str, keys: Sequence[str],
         if name in keys or name in (LSN, CHANGE_INDEX, COMMIT_TS) or (
                 unchanged is not None and name not in unchanged):
             return f"s.{quote(name)}"
-        return (f"CASE WHEN array_contains(s.{UNCHANGED}, '{_string(name)}') "
+        return (f"CASE WHEN array_contains(s.{UNCHANGED}, {spark_string(name)}) "
                 f"THEN {otherwise} ELSE s.{quote(name)} END")
 
     def value(name: str) -> str:
@@ -192,10 +184,6 @@ def add_columns_merge_sql(target: str, source: str) -> str:
     delta-spark needs Delta's autoMerge set while it runs (docs/architecture.md, rule 3)."""
     return (f"MERGE WITH SCHEMA EVOLUTION INTO {target} t USING {source} s ON FALSE "
             "WHEN NOT MATCHED THEN INSERT *")
-
-
-def _string(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def mark_stale_events(events: DataFrame, tombstones: DataFrame | None,

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType
 
 from pipelines.errors import DataError
+from pipelines.names import split_table
 from pipelines.position_columns import is_before_position
 from pipelines.positions import Position
 from pipelines.silver.chunk_windows import LandedWatermark, invisible_to_snapshot
@@ -52,7 +53,7 @@ def resync_floor(changes: DataFrame, table: str, marks: Sequence[LandedWatermark
     if seen:
         first = min(seen, key=lambda m: lows_by_chunk.get(m.chunk_id, m.position))
         snap = first.snapshot
-        schema, name = table.split(".", 1)
+        schema, name = split_table(table)
         unseen = (changes
                   .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
                   .filter(F.col("commit_lsn") >= F.lit(generation_start(starts, start[0])))

@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from pipelines.errors import DataError
+from pipelines.names import quote
 from pipelines.silver.table_shape import SourceColumn, TableShape
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def _can_fail(column: SourceColumn) -> bool:
 
 
 def _col(name: str) -> Column:
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(quote(name))
 
 
 _warned: set[tuple[str, str]] = set()

@@ -135,11 +135,6 @@ class Source:
         return switches
 
 
-def quote_ident(name: str) -> str:
-    """A name quoted for a replication command (they take no bind parameters)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 def slot_state(conn: psycopg.Connection, slot: str) -> SlotState | None:
     """The slot's state, or None if there is no such slot."""
     row = conn.execute("SELECT to_jsonb(s) FROM pg_replication_slots s WHERE slot_name = %s",

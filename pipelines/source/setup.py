@@ -15,11 +15,12 @@ from psycopg import sql
 from pipelines.config import ALL_TABLES, SourceConfig
 from pipelines.errors import SourceError
 from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.names import pg_identifier, split_table
 from pipelines.positions import format_lsn
 from pipelines.lake import Lake
 from pipelines.source.connection import connect
 from pipelines.source.lineage import (
-    RECOVER, Source, ensure_lineage, quote_ident, slot_state)
+    RECOVER, Source, ensure_lineage, slot_state)
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def resolve_tables(conn: psycopg.Connection, tables: tuple[str, ...] | str) -> t
             raise SourceError('source.tables is "*" but the database has no tables')
         return found
     missing = [t for t in tables if conn.execute(
-        "SELECT to_regclass(%s) IS NULL", (_quoted(t),)).fetchone()[0]]
+        "SELECT to_regclass(%s) IS NULL", (pg_identifier(*split_table(t)),)).fetchone()[0]]
     if missing:
         raise SourceError(f"table(s) not found in the source database: {', '.join(missing)}. "
                           "Fix source.tables or create them.")
@@ -112,7 +113,7 @@ def check_keys(conn: psycopg.Connection, tables: tuple[str, ...]) -> None:
         identity, has_key = conn.execute(
             "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
             "AND (i.indisprimary OR i.indisreplident)) FROM pg_class c WHERE c.oid = %s::regclass",
-            (_quoted(table),)).fetchone()
+            (pg_identifier(*split_table(table)),)).fetchone()
         if identity == "n" or not has_key:
             bad.append(table)
         elif identity == "f":
@@ -138,7 +139,7 @@ def ensure_publication(conn: psycopg.Connection, name: str,
     publish_via_partition_root: a partitioned table's changes arrive under its own name
     (one silver table, the name backfill reads), not under each partition's.
     """
-    table_list = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
+    table_list = sql.SQL(", ").join(sql.Identifier(*split_table(t)) for t in tables)
     exists = conn.execute("SELECT puballtables, pubviaroot FROM pg_publication "
                           "WHERE pubname = %s", (name,)).fetchone()
     if exists is None:
@@ -214,11 +215,6 @@ def ensure_slot(conn: psycopg.Connection, source: SourceConfig) -> tuple[bool, s
                           f"{RECOVER}")
     if failover and state.failover is False:
         Source(source.dsn).command(
-            f"ALTER_REPLICATION_SLOT {quote_ident(slot)} ( FAILOVER true )")
+            f"ALTER_REPLICATION_SLOT {pg_identifier(slot)} ( FAILOVER true )")
         log.info("replication slot %s is now a failover slot", slot)
     return False, format_lsn(state.confirmed_flush_lsn)
-
-
-def _quoted(table: str) -> str:
-    schema, name = table.split(".", 1)
-    return f'"{schema}"."{name}"'

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pipelines.catalog import qualified, readable, silver_names
 from pipelines.engine import query_errors
 from pipelines.lake import Lake, TableLocation
+from pipelines.names import spark_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,10 +66,9 @@ def register(spark: "SparkSession", tables: list[AnalystTable]) -> list[AnalystT
                              spark.sql(f"SHOW TABLES IN {qualified(schema)}").collect()}
         if name in known[schema]:
             continue
-        uri = table.location.uri.replace("\\", "\\\\").replace("'", "\\'")
         try:
             spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(table.parts)} USING delta "
-                      f"LOCATION '{uri}'")
+                      f"LOCATION {spark_string(table.location.uri)}")
         except query_errors() as exc:
             log.warning("%s is left out: the engine cannot open %s: %s", table.name,
                         table.location, str(exc).strip().splitlines()[0][:300])

@@ -17,6 +17,7 @@ from pipelines.errors import SourceError
 from pipelines.gold.state import Refresh, read_refreshes
 from pipelines.bronze.generations import Registry
 from pipelines.ingest.bronze_writer import landed_lsn, read_progress
+from pipelines.names import split_table
 from pipelines.positions import format_lsn
 from pipelines.lake import Lake
 from pipelines.silver.progress import progress_rows
@@ -97,7 +98,7 @@ def history_written_at(config: Config, lake: Lake, table: str) -> datetime | Non
     is a request."""
     if not config.silver.keeps_history(table):
         return None
-    history = lake.silver_history(*table.split(".", 1))
+    history = lake.silver_history(*split_table(table))
     return commit_time(history.open()) if history.exists() else None
 
 

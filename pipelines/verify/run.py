@@ -30,9 +30,10 @@ from pipelines.backfill.source_tables import table_shape
 from pipelines.backfill.chunk import (
     FIRST_CHUNK_ROWS, chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
 from pipelines.bronze.schema import WATERMARK_PREFIX
-from pipelines.catalog import TableNames, read_table, table_exists
+from pipelines.catalog import TableNames, TableRef, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.lake import Lake
+from pipelines.names import split_table
 from pipelines.position_columns import is_after_position
 from pipelines.silver.history import IS_CURRENT
 from pipelines.silver.progress import read_progress
@@ -113,7 +114,7 @@ def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[s
         raise NotCaughtUp("bronze is empty: run `lakehouse ingest` (and a backfill) first")
     path = lake.silver_progress
     progress = read_progress(path)
-    changes = spark.read.format("delta").load(lake.bronze_changes.uri)
+    changes = read_table(spark, TableRef(path=lake.bronze_changes))
     watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
     row_table = F.when(F.col("table_name").isNotNull(),
                        F.concat_ws(".", F.col("schema_name"), F.col("table_name")))
@@ -222,7 +223,7 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
     source, columns = source_snapshot(spark, conn, table, config.source.publication, scratch)
     names = [c.name for c in columns]
     keys = [c.name for c in columns if c.is_key]
-    silver_table = TableNames.from_config(config).silver(*table.split(".", 1))
+    silver_table = TableNames.from_config(config).silver(*split_table(table))
     if table_exists(spark, silver_table):
         silver = read_table(spark, silver_table)
         silver = silver.select(*(F.col(f"`{c}`") if c in silver.columns
@@ -231,7 +232,7 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
         silver = source.limit(0)
     counts, examples = _tally(differences(source, silver, keys, names), sample)
     history = history_examples = None
-    history_table = TableNames.from_config(config).history(*table.split(".", 1))
+    history_table = TableNames.from_config(config).history(*split_table(table))
     if config.silver.keeps_history(table) and table_exists(spark, history_table):
         # silver is the reference here: a difference of silver's own shows above
         current = read_table(spark, history_table).filter(F.col(IS_CURRENT))
