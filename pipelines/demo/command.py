@@ -40,7 +40,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:
                         "spark (classic Spark with Delta Lake, local[*]; needs Java 17+, "
                         "fetches delta-spark from Maven Central on first use) "
                         "(default: %(default)s)")
-    add_port_argument(parser, "while it runs (for a look at the metrics `lakehouse run` "
+    add_port_argument(parser, None, "while it runs (for a look at the metrics `lakehouse run` "
                       "serves; a longer --seconds leaves time to scrape): ")
     parser.set_defaults(handler=_run, needs_config=False)
 
