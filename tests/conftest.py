@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from pipelines.embedded_pg import DEFAULT_VERSION, EmbeddedPostgres, bin_dir, free_port
 from tests.support.engines import CLASSIC_TEST_CONF, CONFIG_ENGINES
+from tests.support.layouts import unity_catalog_settings
 from tests.support.object_stores import StoreServer, start_azurite, start_minio
 from tests.support.postgres import fresh_database
 
@@ -43,7 +44,7 @@ def config_engine(engine: str) -> str:
     return CONFIG_ENGINES[engine]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def unity_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sail has none of DESCRIBE DETAIL, ALTER TABLE ... CLUSTER BY and OPTIMIZE
     (portability rule 1): where a test runs engine databricks on Sail, the Databricks
@@ -63,6 +64,23 @@ def _lake_tables_only(step: str):
             return None if step == "prepare" else False
         return getattr(self.lake_tables, step)(spark, table, *args)
     return run
+
+
+@pytest.fixture
+def unity_catalog(request: pytest.FixtureRequest, spark, unity_layout) -> dict[str, Any]:
+    """Config settings that put silver, history and gold tables in fresh schemas of the
+    session's own catalog (engine databricks)."""
+    return unity_catalog_settings(spark.catalog.currentCatalog(),
+                                  request.config.getoption("--engine"))
+
+
+@pytest.fixture
+def layout(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The config settings that place silver, history and gold tables: none (lake paths),
+    or in a test marked BOTH_LAYOUTS (tests/support/layouts.py) each layout in turn."""
+    if getattr(request, "param", "lake") == "lake":
+        return {}
+    return request.getfixturevalue("unity_catalog")
 
 
 @pytest.fixture(scope="session")

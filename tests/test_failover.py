@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,11 +20,10 @@ from typing import Iterator
 
 import psycopg
 import pytest
-import yaml
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.bronze.generations import Registry
-from pipelines.config import Config, parse_config
+from pipelines.config import Config
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir, free_port
 from pipelines.ingest.bronze_writer import landed_lsn
 from pipelines.positions import parse_lsn
@@ -36,6 +34,8 @@ from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
 from pipelines.verify.run import run_verify
+from tests.support.cli import lakehouse
+from tests.support.config import make_config, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -56,9 +56,8 @@ def servers(pg_server: EmbeddedPostgres) -> Iterator[Path]:
 
 
 def config_for(server: EmbeddedPostgres, lake: Path) -> Config:
-    return parse_config({"source": {"dsn": server.dsn(DB), "tables": ["public.accounts"]},
-                         "lake": {"path": str(lake)},
-                         "ingest": {"batch_seconds": 0.1}}, lake.parent, {})
+    return make_config(server.dsn(DB), lake, ["public.accounts"], base_dir=lake.parent,
+                       ingest={"batch_seconds": 0.1})
 
 
 def sql(server: EmbeddedPostgres, *statements: str, db: str = DB) -> None:
@@ -134,12 +133,8 @@ def test_failover_to_a_standby_that_missed_transactions_recovers_in_place(
 
     with pytest.raises(LineageBroken, match="lakehouse recover"):
         run_ingest(config, IngestOptions(until_idle=0.5), StopRequested())
-    path = tmp_path / "lakehouse.yml"
-    path.write_text(yaml.safe_dump({"source": {"dsn": standby.dsn(DB),
-                                               "tables": ["public.accounts"]},
-                                    "lake": {"path": str(lake)}}))
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(path),
-                           "status"], capture_output=True, text=True, timeout=120)
+    path = write_config(tmp_path / "lakehouse.yml", standby.dsn(DB), lake, ["public.accounts"])
+    done = lakehouse(path, "status", check=False)
     assert done.returncode == 3 and "lakehouse recover" in done.stdout, done.stdout
 
     report = run_recover(config)

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 from deltalake import write_deltalake
 
 from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.bronze.generations import Registry
-from pipelines.config import Config, parse_config
+from pipelines.config import Config
 from pipelines.errors import SourceError
 from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
@@ -28,18 +26,14 @@ from pipelines.silver.job import run_silver
 from pipelines.source.lineage import LineageBroken
 from pipelines.source.setup import run_setup
 from pipelines.verify.run import run_verify
-from tests.slots import drop_slot, invalidate_slot
+from tests.support.cli import lakehouse
+from tests.support.config import make_config, write_config
+from tests.support.ingest import FAST_INGEST, ingest
+from tests.support.slots import drop_slot, invalidate_slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.pg_versions]
 
 TABLES = ("public.accounts", "public.pairs")
-
-
-def make_config(dsn: str, tmp_path: Path) -> Config:
-    return parse_config({"source": {"dsn": dsn, "tables": list(TABLES)},
-                         "lake": {"path": str(tmp_path / "lake")},
-                         "ingest": {"batch_seconds": 0.1, "status_interval_seconds": 1},
-                         "backfill": {"chunk_size": 40}}, tmp_path, {})
 
 
 @pytest.fixture
@@ -49,15 +43,12 @@ def config(source_dsn, tmp_path) -> Config:
         conn.execute("CREATE TABLE pairs (a int, b int, v text, PRIMARY KEY (a, b))")
         conn.execute("INSERT INTO accounts SELECT g, 'a' || g, g FROM generate_series(1, 150) g")
         conn.execute("INSERT INTO pairs SELECT g % 7, g, 'v' || g FROM generate_series(1, 60) g")
-    config = make_config(source_dsn, tmp_path)
+    config = make_config(source_dsn, tmp_path / "lake", TABLES, base_dir=tmp_path,
+                         ingest=FAST_INGEST, backfill={"chunk_size": 40})
     run_setup(config.source, Lake.from_config(config))
     run_backfill(config, BackfillOptions(chunk_size=40))  # rows older than the slot
     ingest(config)
     return config
-
-
-def ingest(config: Config, until_idle: float = 0.5):
-    return run_ingest(config, IngestOptions(until_idle=until_idle), StopRequested())
 
 
 class Workload:
@@ -142,11 +133,8 @@ def catch_up(config: Config) -> None:
 
 
 def cli(config: Config, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    path = tmp_path / "lakehouse.yml"
-    path.write_text(yaml.safe_dump({"source": {"dsn": config.source.dsn, "tables": list(TABLES)},
-                                    "lake": {"path": config.lake.path}}))
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--config", str(path), *args],
-                          capture_output=True, text=True, timeout=180)
+    path = write_config(tmp_path / "lakehouse.yml", config.source.dsn, config.lake.path, TABLES)
+    return lakehouse(path, *args, check=False)
 
 
 def recover_and_converge(config: Config, spark, tmp_path: Path, seed: int) -> None:

@@ -1,4 +1,6 @@
-"""verify against a real pipeline run, then with planted differences in silver."""
+"""verify against a real pipeline run, then with planted differences in silver; the tests
+marked BOTH_LAYOUTS also with silver tables by catalog names
+(tests/test_verify_unity_catalog.py has what only a catalog has)."""
 
 from __future__ import annotations
 
@@ -12,26 +14,25 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from pipelines.verify import run as verify
-from pipelines.config import parse_config
 from pipelines.lake import read_delta
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.silver.job import run_silver
 from pipelines.source.setup import run_setup
 from pipelines.verify.run import NotCaughtUp, format_diffs, run_verify
+from tests.support.config import make_config
+from tests.support.layouts import BOTH_LAYOUTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 
 @pytest.fixture
-def pipeline(source_dsn, tmp_path, spark):
+def pipeline(source_dsn, tmp_path, spark, layout):
     with psycopg.connect(source_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE things (id int PRIMARY KEY, name text, amount numeric(10,2), "
                      "tags text[], at timestamptz, ok boolean)")
         conn.execute("CREATE TABLE pairs (a int, b text, v int, PRIMARY KEY (a, b))")
-    config = parse_config({"source": {"dsn": source_dsn,
-                                      "tables": ["public.things", "public.pairs"]},
-                           "lake": {"path": str(tmp_path / "lake")},
-                           "ingest": {"batch_seconds": 0.1}}, tmp_path, {})
+    config = make_config(source_dsn, tmp_path / "lake", ["public.things", "public.pairs"],
+                         base_dir=tmp_path, ingest={"batch_seconds": 0.1}, **layout)
     run_setup(config.source)
     with psycopg.connect(source_dsn) as conn:
         conn.execute("INSERT INTO things SELECT g, 'n' || g, g * 1.25, ARRAY['a', 'b c'], "
@@ -45,6 +46,7 @@ def pipeline(source_dsn, tmp_path, spark):
     return config
 
 
+@BOTH_LAYOUTS
 def test_silver_equals_the_source_after_the_pipeline(pipeline, spark):
     diffs = run_verify(pipeline, spark, wait_seconds=5)
     assert [(d.table, d.equal, d.source_rows, d.silver_rows) for d in diffs] == [
@@ -113,6 +115,7 @@ def test_planted_differences_are_found_by_key(pipeline, spark):
     assert "repair: lakehouse backfill --resync public.things" in report
 
 
+@BOTH_LAYOUTS
 def test_changes_not_yet_ingested_are_reported_as_not_caught_up(pipeline, spark):
     with psycopg.connect(pipeline.source.dsn) as conn:
         conn.execute("INSERT INTO things (id) VALUES (1000)")
@@ -120,6 +123,7 @@ def test_changes_not_yet_ingested_are_reported_as_not_caught_up(pipeline, spark)
         run_verify(pipeline, spark, wait_seconds=0.5)
 
 
+@BOTH_LAYOUTS
 def test_wal_without_publication_changes_counts_as_caught_up(pipeline, spark):
     """No ingest attached; the server wrote WAL that holds no change of the publication."""
     with psycopg.connect(pipeline.source.dsn, autocommit=True) as conn:
@@ -129,6 +133,7 @@ def test_wal_without_publication_changes_counts_as_caught_up(pipeline, spark):
     assert all(d.equal for d in run_verify(pipeline, spark, wait_seconds=0.5))
 
 
+@BOTH_LAYOUTS
 def test_silver_behind_bronze_is_reported_per_table(pipeline, spark):
     with psycopg.connect(pipeline.source.dsn) as conn:
         conn.execute("UPDATE pairs SET v = 9")

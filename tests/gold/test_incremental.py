@@ -27,7 +27,7 @@ from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes
 from pipelines.lake import Lake
 from pipelines.status.report import LakeStatus, status_lines
 
-from tests.gold.conftest import META, SILVER_DDL, SILVER_ROWS, entry, silver_frame, ts
+from tests.support.gold_rows import META, SILVER_DDL, SILVER_ROWS, entry, silver_frame, ts
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,5 @@
-"""The report math, on classic PySpark and on Sail (silver rows and expectations: conftest)."""
+"""The report math, on classic PySpark and on Sail (silver rows and expectations:
+tests/support/gold_rows.py)."""
 
 import datetime as dt
 from decimal import Decimal as D
@@ -12,7 +13,7 @@ from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.display import format_report
 from pipelines.gold.io import view_name
 from pipelines.gold.build import build_report
-from tests.gold.conftest import SILVER_VIEWS
+from tests.support.gold_rows import SILVER_VIEWS
 
 pytestmark = pytest.mark.spark
 

@@ -1,25 +1,24 @@
 """run_gold and `lakehouse gold` on real Delta tables under tmp_path, on Sail and on
-classic Spark with delta-spark."""
+classic Spark with delta-spark; the test marked BOTH_LAYOUTS also with silver and gold
+tables by catalog names (tests/gold/test_run_gold_unity_catalog.py has what only a catalog
+has)."""
 
 import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
-from pipelines.catalog import TableNames
+from pipelines.catalog import TableNames, table_exists
 from pipelines.cli import main
-from pipelines.demo.run import DEMO_REPORTS
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import TableGoldIO
 from pipelines.config import load_config
+from pipelines.gold import run as gold_run
 from pipelines.gold.run import run_configured_gold, run_gold
 from pipelines.lake import Lake
+from tests.support.gold_rows import demo_gold_config, write_silver
+from tests.support.layouts import BOTH_LAYOUTS
 
 pytestmark = pytest.mark.spark
-
-
-def write_silver(make_silver_frame, layout: Lake, tables) -> None:
-    for table in tables:
-        make_silver_frame(table).write.format("delta").save(str(layout.silver("public", table)))
 
 
 def gold_rows(spark, layout: Lake, names) -> dict:
@@ -35,7 +34,7 @@ def gold_io(spark, layout: Lake) -> TableGoldIO:
 def test_run_gold_writes_every_report_and_a_rerun_is_identical(
         spark, make_silver_frame, silver_rows, expected_reports, demo_reports, tmp_path):
     layout = Lake.of(tmp_path / "lake")
-    write_silver(make_silver_frame, layout, silver_rows)
+    write_silver(spark, make_silver_frame, TableNames(layout), silver_rows)
     io = gold_io(spark, layout)
 
     first = run_gold(spark, io, demo_reports)
@@ -64,27 +63,42 @@ def test_run_gold_writes_every_report_and_a_rerun_is_identical(
     ]
 
 
+def missing_tables(line: str) -> list[str]:
+    """The tables a skipped report's line names, sorted."""
+    return sorted(line.removeprefix("skipped, table(s) not found: ").split(" (run")[0]
+                  .split(", "))
+
+
+@BOTH_LAYOUTS
 def test_gold_verb_builds_what_it_can_and_names_missing_silver(
-        spark, make_silver_frame, expected_reports, demo_reports, tmp_path, monkeypatch, capsys):
-    layout = Lake.of(tmp_path / "lake")
-    write_silver(make_silver_frame, layout, ["time_entries", "users"])
-    config = tmp_path / "lakehouse.yml"
-    config.write_text(f"source: {{dsn: 'host=nowhere'}}\nlake: {{path: '{layout.root}'}}\n"
-                      f"gold: {{reports: '{DEMO_REPORTS}'}}\n")
+        spark, make_silver_frame, expected_reports, demo_reports, tmp_path, layout, monkeypatch,
+        capsys):
+    config = demo_gold_config(tmp_path, layout)
+    loaded = load_config(config, environ={})
+    names = TableNames.from_config(loaded)
+    silver, gold = loaded.databricks.silver_schema, loaded.databricks.gold_schema
+    write_silver(spark, make_silver_frame, names, ["time_entries", "users"])
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
     monkeypatch.setattr("pipelines.engine.get_spark", lambda config: spark)
+
+    # a report reading another report that was not asked for names that one too
+    assert main(["--config", str(config), "gold", "--report", "hours_per_project_per_day",
+                 "active_users_per_day"]) == 2
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert missing_tables(lines["hours_per_project_per_day"]) == sorted([
+        f"{silver}.clients", f"{silver}.projects", f"{gold}.finished_entries_per_day"])
+    assert lines["active_users_per_day"].startswith("11 rows in ")
+    assert not table_exists(spark, names.gold("hours_per_project_per_day"))
 
     assert main(["--config", str(config), "gold"]) == 2
     lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
     assert list(lines) == list(demo_reports.names)
     for name in ("hours_per_project_per_day", "billable_per_client_per_month"):
-        missing = lines[name].removeprefix("skipped, table(s) not found: ").split(" (run")[0]
-        assert sorted(missing.split(", ")) == ["lakehouse_silver.clients",
-                                               "lakehouse_silver.projects"]
+        assert missing_tables(lines[name]) == [f"{silver}.clients", f"{silver}.projects"]
     assert lines["active_users_per_day"].startswith(
         f"{len(expected_reports['active_users_per_day'])} rows in ")
-    assert lines["active_users_per_day"].endswith(f" -> {layout.gold('active_users_per_day')}")
-    assert not layout.gold("hours_per_project_per_day").exists()
+    assert lines["active_users_per_day"].endswith(f" -> {names.gold('active_users_per_day')}")
+    assert not table_exists(spark, names.gold("hours_per_project_per_day"))
 
     assert main(["--config", str(config), "gold", "--report", "hours_per_user_per_week"]) == 0
     assert capsys.readouterr().out.startswith(
@@ -105,7 +119,8 @@ def test_no_reports_configured_means_no_gold(tmp_path, monkeypatch, capsys):
 
 
 def test_a_report_skipped_again_and_again_is_warned_about_once(spark, demo_reports, tmp_path,
-                                                                caplog):
+                                                                caplog, monkeypatch):
+    monkeypatch.setattr(gold_run, "_LOGGED", set())  # nothing an earlier test logged
     io = gold_io(spark, Lake.of(tmp_path / "lake"))
     for _ in range(3):  # as `lakehouse run` does, a pass every second or so
         report = run_gold(spark, io, demo_reports, ["hours_per_project_per_day"])

@@ -2,15 +2,14 @@
 come from catalog tables `<catalog>`.`<silver_schema>`.`<table>`, reports are replaced
 with saveAsTable in `<catalog>`.`<gold_schema>`.`<report>` (the schema is created when
 missing). The same GoldIO runs on Databricks against Unity Catalog; here it runs on the
-session's own catalog."""
+session's own catalog. tests/gold/test_run_gold.py runs its BOTH_LAYOUTS test with catalog
+tables too (tests/support/layouts.py)."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -20,43 +19,25 @@ from pipelines.config import load_config
 from pipelines.gold.definitions import configured_reports
 from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import gold_io_for
-from tests.gold.conftest import META, demo_reports_in, silver_frame, ts
+from tests.support.gold_rows import META, demo_gold_config, silver_frame, ts, write_silver
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def config_file(spark, engine, tmp_path, monkeypatch):
-    """A databricks config whose catalog is the session's own, with fresh schemas. The
-    gold schema's name needs quoting on Sail (and in Unity Catalog); classic Spark's
-    session catalog refuses names other than letters, digits and _
-    (tests/test_delta_engines.py)."""
-    suffix = uuid.uuid4().hex[:8]
-    gold = f"gold-{suffix}" if engine == "sail" else f"gold_{suffix}"
-    path = tmp_path / "lakehouse.yml"
-    reports = demo_reports_in(tmp_path / "gold", f"silver_{suffix}", gold)
-    path.write_text(yaml.safe_dump({
-        "source": {"dsn": "host=nowhere"}, "lake": {"path": str(tmp_path / "lake")},
-        "engine": "databricks", "gold": {"reports": str(reports)},
-        "databricks": {"catalog": spark.catalog.currentCatalog(),
-                       "silver_schema": f"silver_{suffix}", "gold_schema": gold}}))
+def config_file(spark, tmp_path, unity_catalog, monkeypatch):
+    """A databricks config whose catalog is the session's own, with fresh schemas (the
+    gold schema's name needs quoting on Sail)."""
     monkeypatch.delenv("LAKEHOUSE_SOURCE_DSN", raising=False)
     monkeypatch.setattr("pipelines.engine.get_spark", lambda config: spark)
-    return path
-
-
-def write_silver_tables(spark, make_silver_frame, names: TableNames, tables) -> None:
-    for table in tables:
-        target = names.silver("public", table)
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {qualified(target.namespace)}")
-        make_silver_frame(table).write.format("delta").saveAsTable(target.sql)
+    return demo_gold_config(tmp_path, unity_catalog)
 
 
 def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, silver_rows,
                                                    expected_reports, config_file, capsys):
     config = load_config(config_file, environ={})
     names = TableNames.from_config(config)
-    write_silver_tables(spark, make_silver_frame, names, silver_rows)
+    write_silver(spark, make_silver_frame, names, silver_rows)
     gold_schema = qualified(names.gold("x").namespace)
     assert not spark.catalog.databaseExists(gold_schema)
 
@@ -86,25 +67,6 @@ def test_gold_verb_reads_and_writes_catalog_tables(spark, make_silver_frame, sil
                                        "2027-01-04 |            1"]
 
 
-def test_missing_catalog_silver_tables_are_named_and_skipped(spark, make_silver_frame,
-                                                             config_file, capsys):
-    config = load_config(config_file, environ={})
-    names = TableNames.from_config(config)
-    write_silver_tables(spark, make_silver_frame, names, ["time_entries", "users"])
-
-    assert main(["--config", str(config_file), "gold", "--report", "hours_per_project_per_day",
-                 "active_users_per_day"]) == 2
-    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
-    silver = config.databricks.silver_schema
-    missing = lines["hours_per_project_per_day"].removeprefix(
-        "skipped, table(s) not found: ").split(" (run")[0]
-    assert sorted(missing.split(", ")) == sorted([  # the report it reads was not asked for
-        f"{silver}.clients", f"{silver}.projects",
-        f"{config.databricks.gold_schema}.finished_entries_per_day"])
-    assert lines["active_users_per_day"].startswith("11 rows in ")
-    assert not spark.catalog.tableExists(names.gold("hours_per_project_per_day").sql)
-
-
 def test_an_incremental_report_replaces_its_groups_in_the_catalog_table(
         spark, make_silver_frame, silver_rows, config_file, capsys):
     """Silver in the catalog, its tombstones in the lake (as on Databricks): the second
@@ -112,7 +74,7 @@ def test_an_incremental_report_replaces_its_groups_in_the_catalog_table(
     the catalog table."""
     config = load_config(config_file, environ={})
     names = TableNames.from_config(config)
-    write_silver_tables(spark, make_silver_frame, names, ["time_entries"])
+    write_silver(spark, make_silver_frame, names, ["time_entries"])
     marks = names.tombstones("public", "time_entries")
     spark.createDataFrame([], f"id string, {META}").write.format("delta").save(marks.path.uri)
     command = ["--config", str(config_file), "gold", "--report", "finished_entries_per_day"]

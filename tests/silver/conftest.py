@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager
 
 import pytest
-from bronze_builder import BronzeLake, make_config
 
 from pipelines.config import Config
 from pipelines.silver import job
+from tests.support.bronze_builder import BronzeLake
+from tests.support.config import make_config
 
 
 @pytest.fixture
@@ -19,8 +20,10 @@ def lake(tmp_path: Path) -> BronzeLake:
 
 
 @pytest.fixture
-def config(lake: BronzeLake) -> Config:
-    return make_config(lake.root)
+def config(lake: BronzeLake, layout: dict[str, Any]) -> Config:
+    """A config for the lake; silver tables at its paths unless the test's layout places
+    them by catalog names."""
+    return make_config(lake=lake.root, **layout)
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 import pytest
-from bronze_builder import Table, assert_frames, spark_frame
 
 from pipelines.silver.batch import latest_events
 from pipelines.silver.events import changes_to_events
 from pipelines.silver.key_change import expand_key_changes
+from tests.support.bronze_builder import Table, assert_frames, spark_frame
 
 pytestmark = pytest.mark.spark
 

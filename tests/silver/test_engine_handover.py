@@ -9,16 +9,16 @@ what both wrote.
 from __future__ import annotations
 
 import pytest
-from bronze_builder import Table
 from deltalake import DeltaTable
-from test_job import ITEMS, history, items
 
 from pipelines.lake import read_delta
 from pipelines.silver.tables import tombstones_path
 from pipelines.silver.job import run_silver
+from tests.support.bronze_builder import Table
 from tests.support.cli import lakehouse
 from tests.support.config import write_config
 from tests.support.engines import CLASSIC_TEST_CONF
+from tests.support.silver_changes import ITEMS, every_kind_of_change, items
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +34,7 @@ def other_engine_silver(lake, engine: str) -> None:
 
 
 def test_a_lake_is_continued_by_the_other_engine_and_back(spark, lake, config, config_engine):
-    history(lake)
+    every_kind_of_change(lake)
     run_silver(config, spark)
 
     # The other engine: a new column (schema evolution), a delete, an update and the
@@ -63,7 +63,7 @@ def test_a_lake_is_continued_by_the_other_engine_and_back(spark, lake, config, c
     df = spark.read.format("delta").load(str(silver))
     assert [tuple(r) for r in df.select("id", "name", "doc", "note").orderBy("id").collect()] \
         == expected
-    assert items(spark, lake.root) == [row[:3] for row in expected]
+    assert items(spark, config) == [row[:3] for row in expected]
     # delta-rs reads the table both engines wrote, with the same rows: both merged with
     # deletion vectors, which each engine reads from the other
     assert sorted(read_delta(silver, ["id"]).column("id").to_pylist()) == \

@@ -1,10 +1,10 @@
 import pytest
-from bronze_builder import Table, assert_frames, spark_frame
 from chispa import assert_df_equality
 
 from pipelines.errors import DataError
 from pipelines.silver.events import (
     changes_to_events, shape_from_row, snapshot_rows, with_chunk_columns)
+from tests.support.bronze_builder import Table, assert_frames, spark_frame
 
 pytestmark = pytest.mark.spark
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_job import ITEMS, history as every_kind_of_change
 
 from pipelines.positions import position_number
 from pipelines.silver.job import run_silver
+from tests.support.silver_changes import ITEMS, every_kind_of_change
 
 pytestmark = pytest.mark.spark
 
@@ -61,7 +61,7 @@ def test_batches_one_change_at_a_time_give_the_same_history(spark, lake, config,
     every_kind_of_change(lake)
     run_silver(config, spark)
     whole = versions(spark, lake.root)
-    from bronze_builder import BronzeLake
+    from tests.support.bronze_builder import BronzeLake
     from deltalake import DeltaTable
     other = BronzeLake(tmp_path / "other")
     rows = DeltaTable(str(lake.root / "bronze/changes")).to_pyarrow_table().to_pylist()

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import random
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from bronze_builder import BronzeLake, make_config
 from deltalake import DeltaTable
-from test_property import generate, generate_failover, land
 
 from pipelines.bronze.generations import Generation, Registry
 from pipelines.config import Config
@@ -30,6 +28,9 @@ from pipelines.lake import Lake
 from pipelines.silver.history import as_of
 from pipelines.silver.job import run_silver
 from pipelines.silver.progress import TableProgress, write_progress
+from tests.support.bronze_builder import BronzeLake
+from tests.support.config import make_config
+from tests.support.random_history import generate, generate_failover, land
 
 pytestmark = pytest.mark.spark
 
@@ -75,9 +76,8 @@ def new_lake(root: Path, start: int | None) -> BronzeLake:
     return BronzeLake(root)
 
 
-def history_config(root: Path, **kwargs) -> Config:
-    config = make_config(root, **kwargs)
-    return replace(config, silver=replace(config.silver, history="*"))
+def history_config(root: Path, **silver) -> Config:
+    return make_config(lake=root, silver={"history": "*", **silver})
 
 
 def sort(rows) -> list[tuple]:

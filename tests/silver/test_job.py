@@ -1,32 +1,36 @@
 """The silver job end to end on real Delta tables under tmp_path, on Sail and on classic
-Spark with delta-spark."""
+Spark with delta-spark; the tests marked BOTH_LAYOUTS also with silver tables by catalog
+names (engine databricks; tests/silver/test_job_unity_catalog.py has what only a catalog
+has)."""
 
 from __future__ import annotations
 
 import pytest
-from bronze_builder import Table, make_config
 from deltalake import DeltaTable
 
-from pipelines.silver.tables import tombstones_path
+from pipelines.catalog import TableNames, TableRef, read_table
+from pipelines.config import Config
 from pipelines.silver.job import run_silver
+from tests.support.bronze_builder import Table
+from tests.support.config import make_config
+from tests.support.layouts import BOTH_LAYOUTS
+from tests.support.silver_changes import (EXPECTED_ITEMS, ITEMS, MEMBERS, SNAP,
+                                          every_kind_of_change, items)
 
 pytestmark = pytest.mark.spark
 
-ITEMS = Table()
-MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
-                ("project", "member"))
-SNAP = {"xmin": 90, "xmax": 95, "xip": []}
 
-
-def rows(spark, path, *order):
-    df = spark.read.format("delta").load(str(path))
+def rows(spark, table: TableRef, *order):
+    df = read_table(spark, table)
     return [tuple(r) for r in df.orderBy(*(order or df.columns[:1])).collect()]
 
 
-def items(spark, root, with_meta=False):
-    df = spark.read.format("delta").load(str(root / "silver" / "public" / "items"))
-    columns = df.columns if with_meta else ["id", "name", "doc"]
-    return [tuple(r) for r in df.select(*columns).orderBy("id").collect()]
+def silver(config: Config, table: str) -> TableRef:
+    return TableNames.from_config(config).silver("public", table)
+
+
+def tombstones(config: Config) -> TableRef:
+    return TableNames.from_config(config).tombstones("public", "items")
 
 
 def versions(root):
@@ -34,88 +38,71 @@ def versions(root):
             for log in sorted(root.glob("**/_delta_log"))}
 
 
-def history(lake):
-    """Two tables, every kind of change, and a backfill chunk of rows older than the slot."""
-    lake.append_changes([
-        ITEMS.insert(10, 0, id=1, name="a", doc="D1"),
-        ITEMS.insert(10, 1, id=2, name="b", doc="D2"),
-        ITEMS.insert(10, 2, id=3, name="c", doc="D3"),
-        MEMBERS.insert(10, 3, project=1, member=1, role="owner"),
-        MEMBERS.insert(10, 4, project=1, member=2, role="dev"),
-        ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),  # TOAST left alone
-        ITEMS.delete(12, 0, id=2),
-        ITEMS.insert(13, 0, id=2, name="b2", doc="D2b"),  # inserted again
-        ITEMS.update(14, 0, id=30, name="c", unchanged=["doc"], old_key={"id": 3}),  # key change
-        ITEMS.update(15, 0, id=1, name="a2", doc=None),  # doc set to NULL
-        MEMBERS.truncate(16, 0),
-        MEMBERS.insert(17, 0, project=1, member=3, role="viewer"),
-        ITEMS.watermark(18, 0, "b1", 1, "low"),
-        ITEMS.update(19, 0, id=101, name="new", unchanged=["doc"], xid=93),  # in the window
-        ITEMS.watermark(20, 0, "b1", 1, "high", SNAP),
-        ITEMS.watermark(21, 0, "b1", 2, "low"),  # no high yet: chunk 2 is not applied
-    ])
-    lake.append_snapshots([
-        ITEMS.chunk_row("b1", 1, 0, id=100, name="old", doc="P100"),
-        ITEMS.chunk_row("b1", 1, 1, id=101, name="stale", doc="P101"),
-        ITEMS.chunk_row("b1", 2, 0, id=102, name="later", doc="P102"),
-    ])
-
-
-EXPECTED_ITEMS = [(1, "a2", None), (2, "b2", "D2b"), (30, "c", "D3"), (100, "old", "P100"),
-                  (101, "new", "P101")]
-
-
-def test_run_applies_every_kind_of_change_and_a_second_run_commits_nothing(spark, lake, config):
-    history(lake)
+@BOTH_LAYOUTS
+def test_run_applies_every_kind_of_change_and_a_second_run_commits_nothing(spark, lake, config,
+                                                                         layout):
+    every_kind_of_change(lake)
     report = run_silver(config, spark)
     assert report.upto == (21, 0) and not report.failed
     assert {t.table: (t.inserts, t.updates, t.deletes, t.truncated, t.chunks)
             for t in report.tables} == {"public.items": (4, 4, 1, False, 1),
                                          "public.members": (3, 0, 0, True, 0)}
-    assert items(spark, lake.root) == EXPECTED_ITEMS
-    assert items(spark, lake.root, with_meta=True)[-1][3:5] == (20, 0)  # at the high watermark
-    assert [r[:5] for r in rows(spark, lake.root / "silver/public/members")] == [
+    assert items(spark, config) == EXPECTED_ITEMS
+    assert items(spark, config, with_meta=True)[-1][3:5] == (20, 0)  # at the high watermark
+    assert [r[:5] for r in rows(spark, silver(config, "members"))] == [
         (1, 3, "viewer", 17, 0)]  # truncated, then inserted
-    assert [r[:3] for r in rows(spark, tombstones_path(lake.layout, "public", "items"))] == [
+    assert tombstones(config).path is not None  # state stays at lake paths in both layouts
+    assert [r[:3] for r in rows(spark, tombstones(config))] == [
         (3, 14, 0)]  # 2 was inserted again: its tombstone is gone; 3 moved to 30
-    assert spark.sql("SELECT count(*) FROM silver.items").collect()[0][0] == 5
+    assert (lake.root / "_state" / "silver_progress" / "_delta_log").is_dir()
+    if layout:  # catalog tables: no silver data under the lake
+        assert not (lake.root / "silver").exists()
+    else:  # lake tables are registered in the session catalog as well
+        assert spark.sql("SELECT count(*) FROM silver.items").collect()[0][0] == 5
 
-    before = versions(lake.root)
+    before, rows_before = versions(lake.root), items(spark, config, with_meta=True)
     again = run_silver(config, spark)
-    assert again.upto is None and versions(lake.root) == before
+    assert again.upto is None and again.tables == () and versions(lake.root) == before
+    assert items(spark, config, with_meta=True) == rows_before
 
-    # chunk 2 completes in a later run
-    lake.append_changes([ITEMS.watermark(22, 0, "b1", 2, "high", SNAP)])
+    # chunk 2 completes in a later run, beside a delete
+    lake.append_changes([ITEMS.watermark(22, 0, "b1", 2, "high", SNAP),
+                         ITEMS.delete(23, 0, id=1)])
     run_silver(config, spark)
-    assert items(spark, lake.root)[-1] == (102, "later", "P102")
+    assert items(spark, config)[-1] == (102, "later", "P102")
+    assert [r[:2] for r in items(spark, config)] == [
+        (2, "b2"), (30, "c"), (100, "old"), (101, "new"), (102, "later")]
 
 
+@BOTH_LAYOUTS
 def test_replaying_all_of_bronze_over_silver_changes_nothing(spark, lake, config):
-    history(lake)
+    every_kind_of_change(lake)
     run_silver(config, spark)
-    expected = items(spark, lake.root, with_meta=True)
+    expected = items(spark, config, with_meta=True)
     DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
     run_silver(config, spark)
-    assert items(spark, lake.root, with_meta=True) == expected
+    assert items(spark, config, with_meta=True) == expected
 
 
+@BOTH_LAYOUTS
 def test_a_crash_between_merge_and_progress_is_harmless(spark, lake, config,
                                                        crash_before_progress):
-    history(lake)
+    every_kind_of_change(lake)
     run_silver(config, spark)
     lake.append_changes([ITEMS.delete(30, 0, id=1), ITEMS.update(31, 0, id=2, name="b3",
                                                                  unchanged=["doc"])])
     with crash_before_progress():
         run_silver(config, spark)
     expected = [(2, "b3", "D2b"), (30, "c", "D3"), (100, "old", "P100"), (101, "new", "P101")]
-    assert items(spark, lake.root) == expected  # merged, but progress not recorded
-    merged = items(spark, lake.root, with_meta=True)
+    assert items(spark, config) == expected  # merged, but progress not recorded
+    merged = items(spark, config, with_meta=True)
     assert run_silver(config, spark).upto == (31, 0)  # the same bronze again
     # no row changed, positions included (delta-spark may still rewrite the files the
     # replay touched, with the same rows: tests/test_delta_engines.py)
-    assert items(spark, lake.root, with_meta=True) == merged
+    assert items(spark, config, with_meta=True) == merged
 
 
+@BOTH_LAYOUTS
 def test_new_columns_widening_and_an_unsafe_type_change(spark, lake, config):
     narrow = Table(columns=("id", "name"), types=("int4", "text"))
     wide = Table(columns=("id", "name", "score", "doc"), types=("int4", "text", "int4", "text"))
@@ -134,27 +121,27 @@ def test_new_columns_widening_and_an_unsafe_type_change(spark, lake, config):
     assert [t.table for t in report.failed] == ["public.bad"]
     assert "changed type from int (silver) to string" in report.failed[0].error
     assert [t.columns_widened for t in report.tables if not t.error] == [("id", "score")]
-    schema = spark.read.format("delta").load(str(lake.root / "silver/public/items")).schema
+    schema = read_table(spark, silver(config, "items")).schema
     assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [
         ("id", "bigint"), ("name", "string"), ("_lsn", "bigint"), ("_change_index", "bigint"),
         ("_commit_ts", "timestamp"), ("score", "bigint"), ("doc", "string")]
     # a dropped column stays in silver, NULL in the rows written since
-    assert items(spark, lake.root) == [(1, "a2", None), (2, None, "d"), (3000000000, None, None)]
+    assert items(spark, config) == [(1, "a2", None), (2, None, "d"), (3000000000, None, None)]
 
     again = run_silver(config, spark)  # the stopped table stays stopped
     assert [t.table for t in again.failed] == ["public.bad"]
     rebuilt = run_silver(config, spark, rebuild=["public.bad"])
     assert not rebuilt.failed
-    assert [r[:2] for r in rows(spark, lake.root / "silver/public/bad", "id")] == [
+    assert [r[:2] for r in rows(spark, silver(config, "bad"), "id")] == [
         (1, "5"), (2, "not a number")]
 
 
 def test_tombstones_are_collected_after_the_retention(spark, lake):
-    config = make_config(lake.root, retention_hours=1)
+    config = make_config(lake=lake.root, silver={"tombstone_retention_hours": 1})
     lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.insert(10, 1, id=2),
                          ITEMS.delete(11, 0, id=1)])
     run_silver(config, spark)
-    marks = tombstones_path(lake.layout, "public", "items")
+    marks = tombstones(config)
     assert [r[0] for r in rows(spark, marks)] == [1]
     lake.append_changes([ITEMS.delete(2000, 0, id=2)])  # commit time 33 min later: kept
     run_silver(config, spark)
@@ -162,15 +149,15 @@ def test_tombstones_are_collected_after_the_retention(spark, lake):
     lake.append_changes([ITEMS.insert(5000, 0, id=3)])  # 83 min later: 1 expires, 2 stays
     run_silver(config, spark)
     assert [r[0] for r in rows(spark, marks, "id")] == [2]
-    assert [r[0] for r in items(spark, lake.root)] == [3]
+    assert [r[0] for r in items(spark, config)] == [3]
 
 
 def test_tombstones_are_expired_once_an_hour_of_bronze_time(spark, lake):
     """Expiring visits every tombstone (no key range narrows it): at most once per hour."""
-    config = make_config(lake.root, retention_hours=0.01)  # 36 s
+    config = make_config(lake=lake.root, silver={"tombstone_retention_hours": 0.01})  # 36 s
     lake.append_changes([ITEMS.insert(10, 0, id=1), ITEMS.delete(11, 0, id=1)])
     run_silver(config, spark)  # this process's first run of the table: expires
-    marks = tombstones_path(lake.layout, "public", "items")
+    marks = tombstones(config)
     lake.append_changes([ITEMS.insert(100, 0, id=2)])  # 89 s later: past the retention
     run_silver(config, spark)
     assert [r[0] for r in rows(spark, marks)] == [1]  # but not an hour since the last expiry
@@ -199,11 +186,11 @@ def test_a_truncate_without_columns_before_any_table_exists_writes_nothing(spark
     bare = {**ITEMS.truncate(9, 0), "columns": None, "type_names": None, "key_columns": None}
     lake.append_changes([bare])
     assert run_silver(config, spark).tables[0].truncated  # and maintenance found no table
-    for path in (lake.root / "silver" / "public" / "items",
-                 tombstones_path(lake.layout, "public", "items")):
+    for path in (lake.root / "silver" / "public" / "items", tombstones(config).path):
         assert not DeltaTable.is_deltatable(str(path))
 
 
+@BOTH_LAYOUTS
 def test_a_truncate_without_columns_still_empties_the_table(spark, lake, config):
     lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.delete(10, 1, id=1),
                          ITEMS.insert(10, 2, id=2, name="b")])
@@ -211,11 +198,11 @@ def test_a_truncate_without_columns_still_empties_the_table(spark, lake, config)
     bare = {**ITEMS.truncate(11, 0), "columns": None, "type_names": None, "key_columns": None}
     lake.append_changes([bare])
     assert run_silver(config, spark).tables[0].truncated
-    assert items(spark, lake.root) == []
-    assert rows(spark, tombstones_path(lake.layout, "public", "items")) == []
+    assert items(spark, config) == []
+    assert rows(spark, tombstones(config)) == []
     lake.append_changes([ITEMS.insert(12, 0, id=1, name="back")])
     run_silver(config, spark)
-    assert items(spark, lake.root) == [(1, "back", None)]
+    assert items(spark, config) == [(1, "back", None)]
 
 
 def test_a_value_that_cannot_be_typed_stops_the_table_before_anything_is_written(
@@ -232,7 +219,7 @@ def test_a_value_that_cannot_be_typed_stops_the_table_before_anything_is_written
     lake.append_changes([ITEMS.update(11, 0, id=1, name="b"), ITEMS.insert(11, 1, id="2x")])
     second = run_silver(config, spark)
     assert {t.table for t in second.failed} == {"public.items", "public.members"}
-    assert items(spark, lake.root) == [(1, "a", None)]  # the good update waits with the bad
+    assert items(spark, config) == [(1, "a", None)]  # the good update waits with the bad
     changed = {k for k, v in versions(lake.root).items() if before.get(k) != v}
     assert changed == {"bronze/changes", "_state/silver_progress"}  # only the error recorded
 
@@ -259,7 +246,7 @@ def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unch
                            ITEMS.chunk_row("b1", 1, 1, id=101, name="stale", doc="P101")])
     run_silver(config, spark)
     assert seen == [filled]
-    assert items(spark, lake.root) == [
+    assert items(spark, config) == [
         (100, "old", "P100"), (101, "new", "P101" if toast_in_window else "P101b")]
 
 

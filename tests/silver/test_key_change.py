@@ -1,7 +1,7 @@
 import pytest
-from bronze_builder import assert_frames
 
 from pipelines.silver.key_change import expand_key_changes
+from tests.support.bronze_builder import assert_frames
 
 pytestmark = pytest.mark.spark
 

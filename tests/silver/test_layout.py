@@ -9,13 +9,13 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from bronze_builder import Table
 from deltalake import DeltaTable
-from test_job import ITEMS, items
 
 from pipelines.lake import read_delta
 from pipelines.silver.job import run_silver
 from pipelines.silver.merge import key_range, silver_merge_sql
+from tests.support.bronze_builder import Table
+from tests.support.silver_changes import ITEMS, items
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +45,7 @@ def test_a_merge_marks_the_rows_it_replaces_instead_of_rewriting_their_files(spa
     metrics = last_merge(silver_path(lake))
     assert metrics["numTargetRowsCopied"] == 0  # copy-on-write would copy the other 198
     assert metrics["numTargetDeletionVectorsAdded"] >= 1
-    rows = items(spark, lake.root)
+    rows = items(spark, config)
     assert len(rows) == 199 and (7, "seven", "d") in rows and not [r for r in rows if r[0] == 8]
     protocol = DeltaTable(str(silver_path(lake))).protocol()
     assert protocol.reader_features == ["deletionVectors"]
@@ -64,7 +64,7 @@ def test_without_deletion_vectors_tables_are_copy_on_write_until_turned_on(spark
     assert last_merge(silver_path(lake))["numTargetRowsCopied"] == 0
     assert DeltaTable(str(silver_path(lake))).metadata().configuration[
         "delta.enableDeletionVectors"] == "true"
-    rows = items(spark, lake.root)
+    rows = items(spark, config)
     assert len(rows) == 50 and (3, "three", "d") in rows and (4, "four", "d") in rows
 
 
@@ -119,7 +119,7 @@ def test_small_files_are_compacted_without_changing_the_rows(spark, lake, config
     operations = [c["operation"] for c in table.history()]
     assert "OPTIMIZE" in operations
     assert len(table.file_uris()) < 4
-    rows = items(spark, lake.root)
+    rows = items(spark, config)
     assert len(rows) == 40 and rows[0] == (0, "r3", "d")
     assert sorted(read_delta(silver_path(lake), ["id"]).column("id").to_pylist()) == \
         [r[0] for r in rows]

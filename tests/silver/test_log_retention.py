@@ -7,7 +7,6 @@ import pytest
 import os
 
 import pyarrow as pa
-from bronze_builder import BronzeLake, Table, make_config
 from deltalake import DeltaTable, write_deltalake
 
 from pipelines import lake as lake_module
@@ -15,6 +14,8 @@ from pipelines.backfill.state import BackfillState, StateStore
 from pipelines.ingest.bronze_writer import read_progress
 from pipelines.lake import LOG_RETENTION, trim_log, with_log_retention
 from pipelines.silver.job import run_silver
+from tests.support.bronze_builder import BronzeLake, Table
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.spark
 
@@ -59,7 +60,7 @@ def test_engine_tables_are_trimmed_after_a_run_and_stay_readable(spark, tmp_path
     items = Table()
     bronze = tmp_path / "lake"
     lake = BronzeLake(bronze)
-    config = make_config(bronze)
+    config = make_config(lake=bronze)
     for n in range(1, 13):  # 12 runs: 12 silver commits (both engines checkpoint every 10)
         lake.append_changes([items.insert(10 + n, 0, id=n, name=f"n{n}")])
         run_silver(config, spark)

@@ -1,11 +1,11 @@
 from datetime import datetime, timezone
 
 import pytest
-from bronze_builder import assert_frames
 
 from pipelines.silver.reconcile import (
     TRUNCATE_SCHEMA, WINDOW_SCHEMA, reconcile_chunks, window_rows)
 from pipelines.silver.chunk_windows import ChunkWindow, Snapshot
+from tests.support.bronze_builder import assert_frames
 
 pytestmark = pytest.mark.spark
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bronze_builder import Table, spark_frame
-
 from pipelines.silver.scan import scan_bronze
+from tests.support.bronze_builder import Table, spark_frame
 
 pytestmark = pytest.mark.spark
 

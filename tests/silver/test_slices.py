@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-from bronze_builder import BronzeLake, Table, make_config
 from deltalake import DeltaTable
 
 from pipelines.silver.job import run_silver
 from pipelines.silver.slicing import LAST_INDEX, bucket_width, first_slice_end, slice_end
+from tests.support.bronze_builder import BronzeLake, Table
+from tests.support.config import make_config
 
 pytestmark = pytest.mark.spark
 
@@ -44,7 +45,7 @@ def test_a_first_bucket_larger_than_the_limit_is_a_crowded_slice_of_its_own():
 def test_a_dense_burst_is_cut_by_counting_its_bucket_again(spark):
     """Rows at LSNs 1..10,000,000 but 40 of them in a burst at 5,000,000-5,000,039: the
     first count puts the burst in one bucket of ~9,766 LSNs; finer counts cut it."""
-    from bronze_builder import spark_frame
+    from tests.support.bronze_builder import spark_frame
 
     rows = [ITEMS.insert(lsn, 0, id=lsn, name="x") for lsn in (1, 10_000_000)]
     rows += [ITEMS.insert(5_000_000 + i, 0, id=i + 2, name="x") for i in range(40)]
@@ -95,10 +96,11 @@ def test_a_backlog_is_applied_in_slices_with_the_same_tables_and_report(spark, t
     whole_lake, sliced_lake = BronzeLake(tmp_path / "whole"), BronzeLake(tmp_path / "sliced")
     for lake in (whole_lake, sliced_lake):
         backlog(lake)
-    whole = run_silver(make_config(whole_lake.root), spark)
+    whole = run_silver(make_config(lake=whole_lake.root), spark)
     assert DeltaTable(str(whole_lake.root / "_state/silver_progress")).version() == 0
     with caplog.at_level(logging.INFO, logger="pipelines.silver.job"):
-        sliced = run_silver(make_config(sliced_lake.root, max_batch_rows=5), spark)
+        sliced = run_silver(make_config(lake=sliced_lake.root, silver={"max_batch_rows": 5}),
+                            spark)
     for table in ("items", "members"):
         assert silver(spark, sliced_lake.root, table) == silver(spark, whole_lake.root, table)
     assert sliced.upto == whole.upto == (51, 0)
@@ -112,7 +114,7 @@ def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(spar
     lake.append_changes(
         [MEMBERS.insert(10, 0, project="p1", member=1, role="x")]  # cannot be typed
         + [ITEMS.insert(10 + n, 0, id=n, name=f"n{n}") for n in range(1, 9)])
-    report = run_silver(make_config(lake.root, max_batch_rows=3), spark)
+    report = run_silver(make_config(lake=lake.root, silver={"max_batch_rows": 3}), spark)
     assert [t.table for t in report.failed] == ["public.members"]
     assert "cannot be typed as int" in report.failed[0].error
     assert [r[0] for r in silver(spark, lake.root, "items")] == list(range(1, 9))
@@ -124,8 +126,8 @@ def test_a_table_stopped_in_one_slice_is_not_retried_while_the_others_go_on(spar
 @pytest.mark.parametrize("limit", [1, 3])
 def test_a_replay_in_slices_changes_nothing(spark, lake, limit):
     backlog(lake)
-    run_silver(make_config(lake.root), spark)
+    run_silver(make_config(lake=lake.root), spark)
     expected = silver(spark, lake.root, "items")
     DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
-    run_silver(make_config(lake.root, max_batch_rows=limit), spark)
+    run_silver(make_config(lake=lake.root, silver={"max_batch_rows": limit}), spark)
     assert silver(spark, lake.root, "items") == expected

@@ -1,7 +1,7 @@
 import pytest
-from bronze_builder import assert_frames
 
 from pipelines.silver.toast import fill_unchanged_toast
+from tests.support.bronze_builder import assert_frames
 
 pytestmark = pytest.mark.spark
 

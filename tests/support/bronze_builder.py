@@ -113,16 +113,6 @@ class Table:
                 **shape, "values": self._values(values), "read_at": EPOCH}
 
 
-def make_config(root: Path, retention_hours: float = 168.0, tables="*",
-                max_batch_rows: int = 2_000_000):
-    """A silver job config for a lake at `root` (the source DSN is never used)."""
-    from pipelines.config import Config, LakeConfig, SilverConfig, SourceConfig
-
-    return Config(source=SourceConfig(dsn="host=unused", tables=tables), lake=LakeConfig(root),
-                  silver=SilverConfig(tombstone_retention_hours=retention_hours,
-                                      max_batch_rows=max_batch_rows))
-
-
 def arrow(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows],
                                 schema=schema)
