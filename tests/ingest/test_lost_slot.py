@@ -1,7 +1,7 @@
 """A lost slot is never silently replaced: once bronze holds changes from a slot, `setup`
 refuses to create a new one (the changes in between would never reach the lake) and
 `status` reports the loss, both with exit 3 and the way out (`lakehouse recover`,
-tests/test_recover.py; or a fresh lake)."""
+tests/end_to_end/test_recover.py; or a fresh lake)."""
 
 from __future__ import annotations
 

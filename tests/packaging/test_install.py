@@ -30,7 +30,7 @@ from pipelines.demo.run import DEMO_TABLES
 from tests.support.demo import change_after_snapshot, seeded
 
 pytestmark = [pytest.mark.install, pytest.mark.postgres]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORE = {"deltalake", "obstore", "psycopg", "pyarrow", "numpy", "pyyaml", "rich",
         "prometheus-client", "python-json-logger", "sqlglot"}
 
