@@ -25,10 +25,10 @@ from pipelines.errors import ConfigError
 from pipelines.lake import Lake, read_delta
 from pipelines.sql.command import query_text, run_query
 from pipelines.sql.output import csv_chunks, json_chunks, markdown_chunks, table_chunks
-from tests.support.postgres import fresh_database
-from tests.support.engines import CLASSIC_TEST_CONF
 from tests.support.cli import lakehouse, start_lakehouse
 from tests.support.demo import change_after_snapshot, demo_lake
+from tests.support.engines import CLASSIC_TEST_CONF
+from tests.support.postgres import fresh_database
 
 COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]
 ROWS = [

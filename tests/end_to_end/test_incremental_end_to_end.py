@@ -10,9 +10,9 @@ import pytest
 
 from pipelines.gold.state import INCREMENTAL, read_refreshes
 from pipelines.lake import Lake, read_delta
-from tests.support.postgres import fresh_database
 from tests.support.cli import lakehouse
 from tests.support.demo import demo_lake
+from tests.support.postgres import fresh_database
 
 pytestmark = pytest.mark.postgres
 

@@ -15,9 +15,9 @@ import yaml
 
 from pipelines.demo.run import DEMO_REPORTS, DEMO_TABLES
 from pipelines.lake import Lake, read_delta
-from tests.support.standalone import StandaloneCluster
 from tests.support.cli import lakehouse
 from tests.support.demo import change_after_snapshot, seeded
+from tests.support.standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.classic]
 

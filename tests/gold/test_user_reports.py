@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from pipelines.lake import Lake, read_delta
-from tests.support.postgres import fresh_database
-from tests.support.engines import CLASSIC_TEST_CONF
 from tests.support.cli import lakehouse
 from tests.support.demo import demo_lake
+from tests.support.engines import CLASSIC_TEST_CONF
+from tests.support.postgres import fresh_database
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
