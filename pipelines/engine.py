@@ -126,9 +126,13 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
     release that matches the installed delta-spark package from Maven Central, with
     `packages` (a store's Hadoop connector); Ivy keeps them in its cache: only the first
     start downloads. With `jars`, nothing is fetched: they must include the connector.
-    Fails with a ConfigError saying what to do when Delta's classes cannot be loaded.
+    The JVM's own output (Ivy's report, log4j's lines) goes to the logger `spark`
+    (pipelines.jvm_output). Fails with a ConfigError saying what to do when Delta's
+    classes cannot be loaded.
     """
     from pyspark.sql import SparkSession
+
+    from pipelines.jvm_output import start_spark_context
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python UDF workers: this venv
     # PySpark builds a Spark Connect session whenever these are set, and a process that
@@ -142,12 +146,13 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
         builder = builder.config(key, value)
     try:
         if jars:
-            spark = builder.config("spark.jars", ",".join(jars)).getOrCreate()
+            builder = builder.config("spark.jars", ",".join(jars))
         else:
             from delta import configure_spark_with_delta_pip
 
-            spark = configure_spark_with_delta_pip(
-                builder, extra_packages=packages or None).getOrCreate()
+            builder = configure_spark_with_delta_pip(builder, extra_packages=packages or None)
+        start_spark_context(builder._options)  # noqa: SLF001  what spark-submit is given
+        spark = builder.getOrCreate()
         # Spark's own class loader: jars fetched by spark.jars.packages are invisible to
         # py4j's Class.forName.
         spark._jvm.org.apache.spark.util.Utils.classForName(  # noqa: SLF001

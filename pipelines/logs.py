@@ -51,7 +51,7 @@ def quiet_engines(verbose: bool) -> None:
     The embedded Sail server logs through Rust's env_logger, which reads RUST_LOG once,
     when the process's first server starts (its default is info). Classic Spark's JVM
     reads log4j2's configuration file when it starts (Spark's default is INFO while it
-    starts, then WARN, with notices on stderr).
+    starts, then WARN, with notices); pipelines.jvm_output logs what it prints.
     """
     os.environ.setdefault("RUST_LOG", "info" if verbose else SAIL_QUIET)
     if verbose:
