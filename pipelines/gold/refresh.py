@@ -18,7 +18,9 @@ no record yet, `--full`, another table the report reads changed, the traced
 expression changed, too many groups changed, the index is missing, keyed otherwise or
 changed since the record (an interrupted refresh), or the table's row count is not the
 last one plus the keys inserted less those deleted (a truncate, a rebuild, tombstones
-expired before the refresh).
+expired before the refresh). It also rebuilds whole when that is the cheaper way: its
+last refresh by groups took longer than its last whole build (a small table, or an
+engine where each Spark job costs a fixed toll).
 """
 
 from __future__ import annotations
@@ -99,8 +101,8 @@ def _newest(df: DataFrame, after: Position) -> Position | None:
 def refresh_incremental(spark: SparkSession, report: "Report",
                         views: dict[tuple[str, str], str], io: "GoldIO", *,
                         full: bool = False) -> ReportRun:
-    """Refresh `report` by its touched groups, or whole when that is the only safe way;
-    record what was done."""
+    """Refresh `report` by its touched groups, or whole when that is the only safe way
+    or the cheaper one; record what was done and how long each way took."""
     started = time.monotonic()
     grouping = report.incremental
     assert grouping is not None
@@ -109,15 +111,27 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     inputs = _inputs(spark, io, report, refreshes)
     last = refreshes.get(report.name)
     reason = _why_full(last, grouping, driving, inputs, full, _index_state(io, report.name))
+    position = None  # the driving table's newest, once looked up
+    if reason is None and (faster := _whole_is_faster(last)):
+        position = driving.newest_after(last.position)
+        # nothing new: the refresh by groups writes nothing, cheaper still
+        reason = faster if position is not None else None
+    whole_seconds, groups_seconds = ((last.whole_seconds, last.groups_seconds) if last
+                                     else (None, None))
     if reason is None:
+        began = time.monotonic()
         outcome = _by_groups(spark, report, views, io, driving, last)
         if isinstance(outcome, str):
             reason = outcome
+        elif outcome.groups:  # a refresh with nothing to replace times no groups
+            groups_seconds = time.monotonic() - began
     if reason is not None:
-        position = driving.newest_after(START)  # before the build reads the table
+        position = position or driving.newest_after(START)  # before the build reads it
+        began = time.monotonic()
         run = materialize_report(spark, report, views, io, full=full)
         table_rows = _rebuild_index(spark, report, io, driving)
         rows, groups = run.rows, None
+        whole_seconds = time.monotonic() - began
         log.info("gold %s: built whole (%s)", report.name, reason)
     else:
         rows, groups, table_rows, position = (outcome.rows, outcome.groups,
@@ -128,12 +142,25 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     record_refresh(io.lake, Refresh(
         report.name, datetime.now(timezone.utc), FULL if reason else INCREMENTAL, rows,
         seconds, groups, reason, grouping.expression, *(position or (None, None)),
-        table_rows, inputs, needs_full=moved, index_version=index.version))
+        table_rows, inputs, needs_full=moved, index_version=index.version,
+        whole_seconds=whole_seconds, groups_seconds=groups_seconds))
     if moved:
         log.warning("gold %s: silver %s changed during the refresh; the next refresh "
                     "rebuilds the report whole", report.name, grouping.table)
     return ReportRun(report.name, io.report_location(report.name), rows, seconds,
                      groups=groups)
+
+
+def _whole_is_faster(last: Refresh) -> str | None:
+    """Why a whole rebuild is the cheaper refresh: the last refresh by groups took longer
+    than the last whole build (the report and its index; the work every refresh does is
+    timed in neither). None when groups are cheaper or no refresh by groups was timed
+    yet. A table that grows makes its whole builds slower, until groups are cheaper
+    again."""
+    whole, groups = last.whole_seconds, last.groups_seconds
+    if whole is None or groups is None or groups <= whole:
+        return None
+    return f"a whole rebuild is faster here: {whole:.2f} s against {groups:.2f} s by groups"
 
 
 def _driving(spark: SparkSession, io: "GoldIO", grouping: Grouping) -> Driving:

@@ -3,8 +3,9 @@ report's group index.
 
 `_state/gold_refreshes` holds one row per report (upserted, pipelines.state_table): when
 it was refreshed, whole or by groups and how many, and for an incremental report the
-silver position it was refreshed to and what its inputs looked like. `status` reads it
-without Spark.
+silver position it was refreshed to, what its inputs looked like, and how long its last
+whole build and its last refresh by groups took (which of the two the next refresh
+does). `status` reads it without Spark.
 
 `_state/gold_groups/<report>` is an incremental report's group index: every key of its
 silver table with the group its row was in at the last refresh. A refresh needs the
@@ -39,6 +40,8 @@ SCHEMA = pa.schema([
     pa.field("inputs", pa.string()),  # the other tables it reads, as they were (JSON)
     pa.field("needs_full", pa.bool_()),  # silver changed during the refresh: rebuild next
     pa.field("index_version", pa.int64()),  # the group index's Delta version it left
+    pa.field("whole_seconds", pa.float64()),  # its last whole build's own work
+    pa.field("groups_seconds", pa.float64()),  # its last refresh that replaced groups
 ])
 
 
@@ -60,6 +63,8 @@ class Refresh:
     inputs: str | None = None
     needs_full: bool = False
     index_version: int | None = None
+    whole_seconds: float | None = None
+    groups_seconds: float | None = None
 
     @property
     def position(self) -> tuple[int, int]:

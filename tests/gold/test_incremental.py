@@ -6,12 +6,16 @@ tombstone per deleted key, nothing at all after a truncate), from a Python model
 random histories: inserts, updates that move an entry to another day, month, user or
 project, deletes, re-inserts of deleted keys, truncates, and changes to a table the
 reports join (projects). After every batch `run_gold` refreshes the demo's reports, and
-each gold table must equal the report's query run over the whole of silver.
+each gold table must equal the report's query run over the whole of silver. Which way
+a refresh goes, by groups or whole because that was faster, is tested from recorded
+times seeded in `_state/gold_refreshes`, never from the seconds of this run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from dataclasses import asdict, replace
 from decimal import Decimal
 
 import pytest
@@ -23,7 +27,7 @@ from pipelines.gold.build import build_report, report_columns
 from pipelines.gold.conform import conform_to_schema
 from pipelines.gold.io import TableGoldIO, register_inputs
 from pipelines.gold.run import run_gold
-from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes
+from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes, record_refresh
 from pipelines.lake import Lake
 from pipelines.status.report import LakeStatus, status_lines
 
@@ -217,3 +221,104 @@ def test_a_money_value_survives_the_merge(spark, demo_reports, tmp_path):
             spark.read.format("delta").load(lake.gold("billable_per_client_per_month").uri)
             .collect()}
     assert rows == {"2026-04-01": Decimal("91.50")}
+
+
+CHOSEN = "finished_entries_per_day"
+
+
+def built_once(spark, demo_reports, lake: Lake) -> SilverModel:
+    """Silver with an entry on each of DAYS, and CHOSEN built whole from it."""
+    write_static_silver(spark, lake)
+    model = SilverModel()
+    for day in DAYS:
+        model.apply(("insert", day, 1, 100, 30))
+    model.write(spark, lake)
+    run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, [CHOSEN])
+    return model
+
+
+def refreshed(spark, demo_reports, lake: Lake, model: SilverModel, *changes: tuple):
+    """CHOSEN refreshed after `changes`: its run, and its record."""
+    for change in changes:
+        model.apply(change)
+    model.write(spark, lake)
+    run = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, [CHOSEN])
+    assert not run.failed, run.runs
+    return run.runs[0], read_refreshes(lake)[CHOSEN]
+
+
+def seed_times(lake: Lake, whole: float, groups: float) -> None:
+    """Record these seconds as CHOSEN's last whole build and last refresh by groups."""
+    record_refresh(lake, replace(read_refreshes(lake)[CHOSEN], whole_seconds=whole,
+                                 groups_seconds=groups))
+
+
+MOVE = ("update", 0, DAYS[1], 2, 100, 45)  # n001 moves from DAYS[0] to DAYS[1]
+
+
+def test_a_slower_refresh_by_groups_makes_the_next_one_whole(spark, demo_reports, tmp_path):
+    lake = Lake.of(tmp_path / "lake")
+    model = built_once(spark, demo_reports, lake)
+    seed_times(lake, whole=1.0, groups=2.5)
+
+    run, refresh = refreshed(spark, demo_reports, lake, model, MOVE)
+    faster = "a whole rebuild is faster here: 1.00 s against 2.50 s by groups"
+    assert (run.groups, refresh.kind, refresh.reason) == (None, FULL, faster)
+    assert refresh.groups_seconds == 2.5 and refresh.whole_seconds != 1.0  # timed anew
+    report = demo_reports.get(CHOSEN)
+    assert gold(spark, lake, CHOSEN) == whole(spark, TableGoldIO(spark, TableNames(lake)),
+                                              report)
+    status = LakeStatus(gold=read_refreshes(lake))
+    shown = status_lines(None, None, "unreachable", status, [])
+    assert [line.split(" ago, ")[1] for line in shown if line.startswith("gold ")] == [
+        f"full, 5 rows ({faster})"]
+    as_json = json.loads(json.dumps(asdict(status), default=str))  # as `status --json`
+    assert as_json["gold"][CHOSEN]["reason"] == faster
+
+    seed_times(lake, whole=1.0, groups=2.5)
+    run, refresh = refreshed(spark, demo_reports, lake, model)
+    assert (run.groups, refresh.kind) == (0, INCREMENTAL)  # nothing new: nothing to build
+
+    seed_times(lake, whole=3.0, groups=2.5)  # the table grew: its whole build is slower
+    run, refresh = refreshed(spark, demo_reports, lake, model, ("update", 1, DAYS[3], 1,
+                                                                100, 50))
+    assert (run.groups, refresh.kind, refresh.reason) == (2, INCREMENTAL, None)
+
+
+def test_a_slower_whole_build_keeps_refreshing_by_groups(spark, demo_reports, tmp_path):
+    lake = Lake.of(tmp_path / "lake")
+    model = built_once(spark, demo_reports, lake)
+    seed_times(lake, whole=2.5, groups=1.0)
+    run, refresh = refreshed(spark, demo_reports, lake, model, MOVE)
+    assert (run.groups, refresh.kind, refresh.reason) == (2, INCREMENTAL, None)
+
+    seed_times(lake, whole=1.0, groups=1.0)  # as fast: by groups
+    run, refresh = refreshed(spark, demo_reports, lake, model, ("update", 1, DAYS[3], 1,
+                                                                100, 50))
+    assert (run.groups, refresh.kind) == (2, INCREMENTAL)
+
+    seed_times(lake, whole=1.0, groups=2.5)  # --full is whole, and says so
+    forced = run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, [CHOSEN],
+                      full=True)
+    assert forced.runs[0].groups is None
+    assert read_refreshes(lake)[CHOSEN].reason == "--full"
+
+
+def test_each_way_of_refreshing_records_its_time(spark, demo_reports, tmp_path):
+    lake = Lake.of(tmp_path / "lake")
+    model = built_once(spark, demo_reports, lake)
+    first = read_refreshes(lake)[CHOSEN]
+    assert first.whole_seconds > 0 and first.groups_seconds is None
+
+    _, by_groups = refreshed(spark, demo_reports, lake, model, MOVE)
+    assert by_groups.kind == INCREMENTAL  # no refresh by groups timed yet: it is tried
+    assert by_groups.groups_seconds > 0 and by_groups.whole_seconds == first.whole_seconds
+
+    _, idle = refreshed(spark, demo_reports, lake, model)  # no groups: nothing to time
+    assert (idle.groups, idle.whole_seconds, idle.groups_seconds) == (
+        0, first.whole_seconds, by_groups.groups_seconds)
+
+    run_gold(spark, TableGoldIO(spark, TableNames(lake)), demo_reports, [CHOSEN], full=True)
+    forced = read_refreshes(lake)[CHOSEN]
+    assert forced.whole_seconds != first.whole_seconds
+    assert forced.groups_seconds == by_groups.groups_seconds
