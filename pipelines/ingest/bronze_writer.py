@@ -36,7 +36,8 @@ from deltalake import (ColumnProperties, CommitProperties, DeltaTable, Transacti
                        WriterProperties, write_deltalake)
 from deltalake.exceptions import TableNotFoundError
 
-from pipelines.bronze.schema import CHANGES_SCHEMA
+from pipelines.bronze.schema import (
+    CHANGES_SCHEMA, HISTORY_LOOKBACK, newest_landed, position_metadata)
 from pipelines.errors import DataError
 from pipelines.ingest.bronze_files import (
     SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
@@ -49,7 +50,6 @@ from pipelines.positions import Position
 
 log = logging.getLogger(__name__)
 
-POSITION_KEY = "lakehouse.position"
 NO_POSITION: Position = (0, -1)
 ALL_LANDED = 1 << 62  # first_new_index of a transaction older than bronze's last position
 
@@ -95,13 +95,10 @@ def read_progress(where: Where, app_id: str,
                                "(pgoutput), one row per change")
         return Progress()
     end_lsn = generation.to_source(table.transaction_version(app_id) or 0)
-    for commit in table.history(limit=50):  # newest first; maintenance commits lack the key
-        if POSITION_KEY in commit:
-            lsn, index = (int(part) for part in commit[POSITION_KEY].split(":"))
-            if lsn < generation.lake_start_lsn:
-                break
-            return Progress(end_lsn, (generation.to_source(lsn), index))
-    return Progress(end_lsn)
+    newest = newest_landed(table.history(limit=HISTORY_LOOKBACK))
+    if newest is None or newest[0] < generation.lake_start_lsn:
+        return Progress(end_lsn)
+    return Progress(end_lsn, (generation.to_source(newest[0]), newest[1]))
 
 
 class BronzeWriter:
@@ -357,12 +354,12 @@ class BronzeWriter:
             landed = self._durable.position
             self._table = with_log_retention(
                 self.location.open(),
-                {POSITION_KEY: f"{landed[0] + self.offset}:{landed[1]}"}
+                position_metadata((landed[0] + self.offset, landed[1]))
                 if landed != NO_POSITION else None)
         properties = CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id,
                                           version=batch.progress.end_lsn + self.offset)],
-            custom_metadata={POSITION_KEY: f"{position[0] + self.offset}:{position[1]}"})
+            custom_metadata=position_metadata((position[0] + self.offset, position[1])))
         if isinstance(batch, _Files):
             now = _now_micros()
             actions = [file.finish(batch.commit_lsn + self.offset, batch.commit_ts, now)

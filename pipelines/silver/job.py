@@ -17,10 +17,11 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from pipelines.bronze.generations import Registry, generation_starts
+from pipelines.bronze.schema import HISTORY_LOOKBACK, newest_landed
 from pipelines.catalog import TableNames, TableRef, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
-from pipelines.lake import TableLocation
+from pipelines.lake import Lake, TableLocation
 from pipelines.names import qualify_table, split_table
 from pipelines.positions import Position, format_lsn
 from pipelines.silver.apply import apply_table
@@ -74,14 +75,18 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     started = time.monotonic()
     names = TableNames.from_config(config)
     lake = names.lake
-    maintenance = maintenance_for(config, spark)
-    maintenance.register_all(spark, lake)
     scope = configured_tables(config, list(tables or []) + list(rebuild) or None)
     rebuild = [qualify_table(t) for t in rebuild]
     if not lake.bronze_changes.exists():
         log.info("silver: no bronze yet at %s", lake.bronze_changes)
         return SilverRunReport(None)
     progress, rebuild = _start_progress(config, spark, names, scope, rebuild)
+    if not rebuild and _nothing_new(lake, progress, scope):
+        report = SilverRunReport(None, (), time.monotonic() - started)
+        record_silver_run(report.tables)
+        return report
+    maintenance = maintenance_for(config, spark)
+    maintenance.register_all(spark, lake)
     changes = read_table(spark, TableRef(path=lake.bronze_changes))
     run = SilverContext(spark, lake, maintenance,
                         timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
@@ -120,6 +125,14 @@ def _start_progress(config: Config, spark: SparkSession, names: TableNames,
         write_progress(names.lake.silver_progress, restart, None)
         progress = replace(progress, tables={**progress.tables, **restart})
     return progress, rebuild
+
+
+def _nothing_new(lake: Lake, progress: Progress, scope: Sequence[str] | None) -> bool:
+    """Whether bronze holds nothing past every table's progress, as its log's commits
+    record it (delta-rs): a run with nothing to do starts no Spark job."""
+    bounds, default = lower_bounds(progress, scope)
+    newest = newest_landed(lake.bronze_changes.open().history(limit=HISTORY_LOOKBACK))
+    return newest is not None and newest <= min([default, *bounds.values()])
 
 
 def _scan_slice(run: SilverContext, config: Config, progress: Progress,

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pipelines.bronze.schema import (
     CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, SHAPE_LISTS,
-    SNAPSHOTS_SCHEMA, WATERMARK_PREFIX)
+    SNAPSHOTS_SCHEMA, WATERMARK_PREFIX, position_metadata)
 
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -139,11 +139,14 @@ class BronzeLake:
         return Lake.of(self.root)
 
     def append_changes(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        from deltalake import write_deltalake
+        """One commit, which records its newest position as the ingest's commits do."""
+        from deltalake import CommitProperties, write_deltalake
 
         if rows:
+            newest = max((r["commit_lsn"], r["change_index"]) for r in rows)
             write_deltalake(str(self.root / "bronze" / "changes"), arrow(rows, CHANGES_SCHEMA),
-                            mode="append")
+                            mode="append", commit_properties=CommitProperties(
+                                custom_metadata=position_metadata(newest)))
 
     def append_snapshots(self, rows: Sequence[Mapping[str, Any]]) -> None:
         from deltalake import write_deltalake
