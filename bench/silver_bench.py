@@ -371,15 +371,17 @@ def timed_run_silver(config, spark) -> dict:
     """One run_silver with the job's steps timed (where a run's seconds go, on any engine):
     its seconds, the steps and what it applied per table."""
     from pipelines.silver import job
+    from pipelines.spark_jobs import counted_jobs
 
     steps: list[tuple[str, float]] = []
     time_calls(steps, {name: (job, name) for name in (
         "read_progress", "scan_bronze", "apply_table", "write_progress") if hasattr(job, name)})
     begun = time.perf_counter()
-    report = job.run_silver(config, spark)
+    with counted_jobs(spark, "bench run_silver") as jobs:
+        report = job.run_silver(config, spark)
     seconds = time.perf_counter() - begun
     assert not report.failed, report.failed
-    return {"seconds": seconds, "steps": steps,
+    return {"seconds": seconds, "steps": steps, "spark_jobs": jobs.jobs,
             "tables": [[t.table, t.inserts, t.updates, t.deletes] for t in report.tables]}
 
 
@@ -723,8 +725,8 @@ def main() -> None:
                     if "sail" in engines:
                         print("\n".join(request_summary(result["sail"])), flush=True)
                     if "spark" in engines:
-                        print(f"      Spark steps: {step_summary(result['spark'])}",
-                              flush=True)
+                        print(f"      Spark steps: {step_summary(result['spark'])}; "
+                              f"{result['spark']['spark_jobs']} Spark jobs", flush=True)
             shutil.rmtree(base, ignore_errors=True)
     report(builds, results, engines)
 
@@ -768,8 +770,8 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
         cases.setdefault((r["n"], r["m"]), []).append(r)
     rows = [["table rows", "changes", "runs",
              *(["Sail s", "Sail changes/s", "Sail peak MB"] if sail else []),
-             *(["Spark s", "Spark changes/s", "Spark peak MB Python + JVM", "Spark start-up s"]
-               if spark else []),
+             *(["Spark s", "Spark changes/s", "Spark peak MB Python + JVM", "Spark start-up s",
+                "Spark jobs"] if spark else []),
              *(["delta-rs s", "delta-rs peak MB"] if deltars else []),
              *(["Spark / Sail"] if sail and spark else []),
              *(["Sail / delta-rs"] if sail and deltars else []), "equal"]]
@@ -782,7 +784,8 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
             row += [f"{median(runs, 'spark'):.2f}", f"{m / median(runs, 'spark'):,.0f}",
                     f"{median(runs, 'spark', 'rss_peak_mb'):,.0f} + "
                     f"{median(runs, 'spark', 'jvm_rss_peak_mb'):,.0f}",
-                    f"{median(runs, 'spark', 'startup'):.1f}"]
+                    f"{median(runs, 'spark', 'startup'):.1f}",
+                    f"{median(runs, 'spark', 'spark_jobs'):.0f}"]
         if deltars:
             row += [f"{median(runs, 'deltars'):.2f}",
                     f"{median(runs, 'deltars', 'rss_peak_mb'):,.0f}"]

@@ -100,16 +100,24 @@ def start_local_session(warehouse: str | Path,
     return spark
 
 
-# What every classic session gets: Delta's SQL extension and catalog, UTC, no UI. Settings
-# in the config's spark.conf come after these and win.
+# What every classic session gets: Delta's SQL extension and catalog, UTC, no UI, and
+# settings for small incremental batches (docs/silver.md, "Classic Spark"). Settings in
+# the config's spark.conf come after these and win.
 CLASSIC_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",  # progress bars would garble the CLI's output
+    # Delta rebuilds a table's state from its log in 50 tasks by default, on every new
+    # version a run reads: the pipeline keeps its logs short (pipelines.lake.LOG_RETENTION),
+    # so a few tasks do it in a fraction of the time.
+    "spark.databricks.delta.snapshotPartitions": SHUFFLE_PARTITIONS,
+    # MERGE copies a source it cannot prove stable before it reads it twice: every MERGE
+    # source here is staged Parquet or an empty relation, which no one changes meanwhile.
+    "spark.databricks.delta.merge.materializeSource": "none",
 }
+SHUFFLE = "spark.sql.shuffle.partitions"
 
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # Connect in a driver
@@ -165,6 +173,11 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
             "spark.jars in the config (delta-spark and delta-storage of the release that "
             f"matches the delta-spark package). Cause: {str(exc).splitlines()[0][:300]}"
         ) from exc
+    if SHUFFLE not in (conf or {}):
+        # A batch's shuffles get a task per core of the cluster, at least SHUFFLE_PARTITIONS;
+        # adaptive execution (on) coalesces those of a small batch.
+        spark.conf.set(SHUFFLE, str(max(int(SHUFFLE_PARTITIONS),
+                                        spark.sparkContext.defaultParallelism)))
     log.info("spark engine: classic Spark %s (master %s) with Delta Lake", spark.version, master)
     return spark
 

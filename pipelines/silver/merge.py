@@ -84,21 +84,22 @@ _INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
 
 def _integer_ranges(batch: DataFrame, key: str) -> list[tuple[int, int]]:
-    """The batch's distinct values of an integer key, cut at the MAX_KEY_RANGES - 1
-    widest gaps between neighbours (none between consecutive integers):
-    [(least, greatest)] per range, in order."""
-    values = batch.select(col(key).alias("v")).distinct()
+    """The batch's values of an integer key, cut at the MAX_KEY_RANGES - 1 widest gaps
+    between neighbours (none between consecutive integers, nor between equal ones):
+    [(least, greatest)] per range, in order. One action: each job is a toll on a
+    classic Spark driver."""
+    values = batch.select(col(key).alias("v")).filter(F.col("v").isNotNull())
     # one partition either way (a batch's keys); named, so PySpark does not warn about it
-    whole = Window.partitionBy(F.lit(0)).orderBy("v")
-    edges = values.select("v", F.lag("v").over(whole).alias("before"))
+    whole = Window.partitionBy(F.lit(0))
+    edges = values.select("v", F.lag("v").over(whole.orderBy("v")).alias("before"),
+                          F.max("v").over(whole).alias("greatest"))
     gap = F.col("v") - F.col("before")
     # the least value (no neighbour below) first, then the widest gaps that skip a value;
     # a gap that overflows only moves a cut: the bounds are the values themselves
     starts = (edges.filter(F.col("before").isNull() | (gap > 1))
               .orderBy(F.desc_nulls_first(gap)).limit(MAX_KEY_RANGES).collect())
-    greatest = batch.agg(F.max(col(key))).first()[0]
     starts = sorted(starts, key=lambda r: r.v)
-    ends = [r.before for r in starts[1:]] + [greatest]
+    ends = [r.before for r in starts[1:]] + [starts[-1].greatest if starts else None]
     return [(r.v, end) for r, end in zip(starts, ends)]
 
 

@@ -12,7 +12,7 @@ from tests.support.silver_changes import ITEMS
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 46  # one table's batch of updates and a delete into an existing table
+BATCH_JOBS = 41  # one table's batch of updates and a delete into an existing table
 
 
 @pytest.fixture
