@@ -20,7 +20,7 @@ from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
 from pipelines.lake import LOG_RETENTION, Lake, with_log_retention
-from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.bronze.landed import landed_lsn
 from pipelines.names import qualify_table
 from pipelines.source.connection import connect
 from pipelines.source.lineage import inspect_lineage

@@ -13,11 +13,7 @@ from row 0 (`pipelines.silver.events.with_chunk_columns`).
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
-
 import pyarrow as pa
-
-from pipelines.positions import Position
 
 OP_INSERT = "insert"
 OP_UPDATE = "update"
@@ -28,11 +24,6 @@ OP_MESSAGE = "message"  # pg_logical_emit_message; backfill watermarks are messa
 # Logical message prefix of DBLog watermarks. Content is JSON:
 # {"backfill_id": str, "chunk_id": int, "table": "schema.table", "kind": "low"|"high"}
 WATERMARK_PREFIX = "lakehouse.watermark"
-
-# The commit metadata key of the newest position a bronze/changes commit holds (a lake
-# position: the slot generation's offset added), as "lsn:index".
-POSITION_KEY = "lakehouse.position"
-HISTORY_LOOKBACK = 50  # commits read back for one that says (maintenance commits do not)
 
 _TEXTS = pa.list_(pa.string())
 _UTC = pa.timestamp("us", tz="UTC")
@@ -78,18 +69,3 @@ SNAPSHOTS_SCHEMA = pa.schema([
     pa.field("read_at", _UTC),
 ])
 
-
-def position_metadata(position: Position) -> dict[str, str]:
-    """The commit metadata recording `position` (a lake position)."""
-    return {POSITION_KEY: f"{position[0]}:{position[1]}"}
-
-
-def newest_landed(history: Iterable[Mapping[str, object]]) -> Position | None:
-    """The newest position recorded in a bronze/changes log (`history`: its commits,
-    newest first, as delta-rs' DeltaTable.history lists them); None when no commit
-    says."""
-    for commit in history:
-        if POSITION_KEY in commit:
-            lsn, index = (int(part) for part in str(commit[POSITION_KEY]).split(":"))
-            return lsn, index
-    return None

@@ -36,8 +36,8 @@ from deltalake import (ColumnProperties, CommitProperties, DeltaTable, Transacti
                        WriterProperties, write_deltalake)
 from deltalake.exceptions import TableNotFoundError
 
-from pipelines.bronze.schema import (
-    CHANGES_SCHEMA, HISTORY_LOOKBACK, newest_landed, position_metadata)
+from pipelines.bronze.landed import HISTORY_LOOKBACK, newest_landed, position_metadata
+from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.errors import DataError
 from pipelines.ingest.bronze_files import (
     SCALAR_COLUMNS, PendingFile, can_patch_in_place, write_pending)
@@ -70,15 +70,6 @@ class Progress:
 
     end_lsn: int = 0
     position: Position = NO_POSITION
-
-
-def landed_lsn(where: Where, app_id: str) -> int:
-    """The end LSN of the last whole transaction bronze holds from slot `app_id` (0: none
-    or no bronze yet); reads only the log."""
-    try:
-        return location(where).open().transaction_version(app_id) or 0
-    except TableNotFoundError:
-        return 0
 
 
 def read_progress(where: Where, app_id: str,

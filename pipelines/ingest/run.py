@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pipelines.config import Config
 from pipelines.errors import DataError, SourceError
 from pipelines.bronze.generations import Generation
-from pipelines.ingest.bronze_writer import BronzeWriter, landed_lsn
+from pipelines.bronze.landed import landed_lsn
+from pipelines.ingest.bronze_writer import BronzeWriter
 from pipelines.positions import format_lsn
 from pipelines.ingest.replication import (ConnectionLost, ReplicationStream, SlotBusy,
                                           SlotUnusable)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pipelines.bronze.generations import Generation, Registry, next_generation
 from pipelines.config import Config, configured_tables
 from pipelines.errors import ConfigError, SourceError
-from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.bronze.landed import landed_lsn
 from pipelines.positions import format_lsn
 from pipelines.lake import Lake
 from pipelines.source.connection import connect

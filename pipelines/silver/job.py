@@ -17,7 +17,7 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from pipelines.bronze.generations import Registry, generation_starts
-from pipelines.bronze.schema import HISTORY_LOOKBACK, newest_landed
+from pipelines.bronze.landed import newest_position
 from pipelines.catalog import TableNames, TableRef, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
@@ -131,7 +131,7 @@ def _nothing_new(lake: Lake, progress: Progress, scope: Sequence[str] | None) ->
     """Whether bronze holds nothing past every table's progress, as its log's commits
     record it (delta-rs): a run with nothing to do starts no Spark job."""
     bounds, default = lower_bounds(progress, scope)
-    newest = newest_landed(lake.bronze_changes.open().history(limit=HISTORY_LOOKBACK))
+    newest = newest_position(lake.bronze_changes)
     return newest is not None and newest <= min([default, *bounds.values()])
 
 

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from pipelines.config import ALL_TABLES, SourceConfig
 from pipelines.errors import SourceError
-from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.bronze.landed import landed_lsn
 from pipelines.names import pg_identifier, split_table
 from pipelines.positions import format_lsn
 from pipelines.lake import Lake

@@ -16,7 +16,8 @@ from pipelines.config import Config
 from pipelines.errors import SourceError
 from pipelines.gold.state import Refresh, read_refreshes
 from pipelines.bronze.generations import Registry
-from pipelines.ingest.bronze_writer import landed_lsn, read_progress
+from pipelines.bronze.landed import landed_lsn
+from pipelines.ingest.bronze_writer import read_progress
 from pipelines.names import split_table
 from pipelines.positions import format_lsn
 from pipelines.lake import Lake

@@ -25,7 +25,7 @@ from pipelines.backfill.runner import BackfillOptions, run_backfill
 from pipelines.bronze.generations import Registry
 from pipelines.config import Config
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir, free_port
-from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.bronze.landed import landed_lsn
 from pipelines.positions import parse_lsn
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from pipelines.lake import Lake

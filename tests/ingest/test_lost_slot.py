@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pipelines.errors import SourceError
-from pipelines.ingest.bronze_writer import landed_lsn
+from pipelines.bronze.landed import landed_lsn
 from pipelines.lake import Lake
 from pipelines.source.setup import run_setup
 from tests.support.cli import lakehouse

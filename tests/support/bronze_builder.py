@@ -10,9 +10,10 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
+from pipelines.bronze.landed import position_metadata
 from pipelines.bronze.schema import (
     CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, SHAPE_LISTS,
-    SNAPSHOTS_SCHEMA, WATERMARK_PREFIX, position_metadata)
+    SNAPSHOTS_SCHEMA, WATERMARK_PREFIX)
 
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
