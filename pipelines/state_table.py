@@ -79,6 +79,8 @@ class StateTable:
                                                    name=self._name)
 
     def _commit(self, rows: pa.Table, predicate: str | None) -> None:
+        # A plain loop rather than a retry library: between tries the open table must move
+        # to the version that won, inside the lock that serializes this instance's writes.
         with self._lock:
             for attempt in range(ATTEMPTS):
                 try:
