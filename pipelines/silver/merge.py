@@ -32,6 +32,7 @@ from pipelines.silver.events import (
     CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, UPSERT, col)
 
 STALE = "_cdc_stale"
+REVIVES = "_cdc_revives"  # an upsert newer than its key's tombstone, which it removes
 
 
 def _newer(source: str = "s", target: str = "t") -> str:
@@ -189,13 +190,16 @@ def add_columns_merge_sql(target: str, source: str) -> str:
 
 def mark_stale_events(events: DataFrame, tombstones: DataFrame | None,
                       keys: Sequence[str]) -> DataFrame:
-    """`events` plus STALE: not newer than the key's tombstone. A stale or replayed event
-    must not resurrect a deleted row, so the silver MERGE leaves stale events out."""
+    """`events` plus STALE: not newer than the key's tombstone, and REVIVES: an upsert
+    newer than it. A stale or replayed event must not resurrect a deleted row, so the
+    silver MERGE leaves stale events out; a batch with no delete and nothing that
+    revives a key leaves the tombstones as they are."""
     if tombstones is None:
-        return events.withColumn(STALE, F.lit(False))
+        return events.withColumns({STALE: F.lit(False), REVIVES: F.lit(False)})
     marks = tombstones.select(*(col(k) for k in keys), F.col(LSN).alias("_cdc_t_lsn"),
                               F.col(CHANGE_INDEX).alias("_cdc_t_ci"))
     newer = is_after(F.col(LSN), F.col(CHANGE_INDEX), F.col("_cdc_t_lsn"), F.col("_cdc_t_ci"))
-    stale = F.col("_cdc_t_lsn").isNotNull() & ~newer
+    marked = F.col("_cdc_t_lsn").isNotNull()
     return (events.join(marks, list(keys), "left")
-            .select(*(col(c) for c in events.columns), stale.alias(STALE)))
+            .select(*(col(c) for c in events.columns), (marked & ~newer).alias(STALE),
+                    (marked & newer & (F.col(OP) == UPSERT)).alias(REVIVES)))

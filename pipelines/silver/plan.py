@@ -24,7 +24,7 @@ from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import SourceColumn, TableShape
-from pipelines.silver.tables import METADATA_FIELDS, SilverContext
+from pipelines.silver.tables import METADATA_FIELDS, SilverContext, oldest_commit_micros
 from pipelines.silver.types import spark_type, typed_value
 
 
@@ -44,6 +44,7 @@ class BatchPlan:
     target: StructType  # silver's schema now (or the one it is created with)
     silver_exists: bool
     marked: StructType | None  # the tombstones' schema, if the table exists
+    marks_oldest: int | None  # their oldest commit time at most (tables.oldest_commit_micros)
     after: Position  # the table's progress before the batch
     replace_tables: bool  # a rebuild: silver and tombstones are replaced
 
@@ -102,12 +103,13 @@ def plan_batch(run: SilverContext, table: TableScan, before: TableProgress, upto
     target = (run.read(silver).schema if silver_exists
               else StructType(batch_fields + list(METADATA_FIELDS)))
     marked = run.read(marks).schema if not replace_tables and run.exists(marks) else None
+    marks_oldest = oldest_commit_micros(marks) if marked is not None else None
     toast = toast_columns(run, table, shape)
     plan = BatchPlan(
         table, shape, floor, floor is not None and floor != before.floor, silver, marks,
         batch_events(run, table, shape, before.position, upto, chunks.same_columns), toast,
         plan_schema(shape.qualified_name, target, batch_fields), target, silver_exists,
-        marked, before.position, replace_tables)
+        marked, marks_oldest, before.position, replace_tables)
     _check_keys(plan)
     if run.keeps_history(table.name):
         history_tables.tracked_columns(run, table, shape, plan.value_columns)

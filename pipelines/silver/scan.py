@@ -1,8 +1,8 @@
-"""What is new in bronze for silver: one aggregate and one small collect per run.
+"""What is new in bronze for silver: one aggregate per run.
 
 Each table's new rows are those after its progress position. The scan reads bronze once
-for a per-table summary (newest shape, counts, newest position) and once for the
-control rows (truncates and backfill watermarks), which are few. When more rows are new
+for a per-table summary (newest shape, counts, newest position) that carries the control
+rows (truncates and backfill watermarks), which are few. When more rows are new
 than one batch may hold, it counts them per commit-LSN bucket and scans again up to the
 end of the first slice (slicing.py).
 """
@@ -122,7 +122,7 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
                 max_rows: int | None = None, until: Position | None = None,
                 excluded: Collection[str] = (),
                 generation_starts: Sequence[int] = ()) -> BronzeScan:
-    """Summarize the new rows per table, up to `until` (two actions, plus one when a
+    """Summarize the new rows per table, up to `until` (one action, plus one when a
     chunk's low watermark is older than the new rows); `excluded` tables are left out.
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
@@ -139,7 +139,7 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
     upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
     newest = [r.newest for r in summary if r.newest is not None]
     tables = _table_scans(summary)
-    marks = _add_controls(tables, rows)
+    marks = _add_controls(tables, summary)
     _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
     if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
         end = first_slice_end(rows, min(r.first for r in summary), upto[0],
@@ -156,10 +156,13 @@ def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Positi
 
 def _summarize(rows: DataFrame) -> list[Row]:
     """One action: per table, its newest shape, its row changes by kind, whether some
-    update moved a key or left a column unchanged, and its newest and first positions
-    and newest commit time (messages: one row with a null table)."""
+    update moved a key or left a column unchanged, its newest and first positions and
+    newest commit time, and its control rows (truncates; backfill watermarks are
+    messages: the group with a null table), which are few."""
     position = F.struct("commit_lsn", "change_index")
     shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
+    control = (F.col("op") == OP_TRUNCATE) | (
+        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))
     return rows.groupBy("schema_name", "table_name").agg(
         F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
                  F.when(shaped & (F.col("op") != OP_MESSAGE), position)).alias("shape"),
@@ -172,6 +175,10 @@ def _summarize(rows: DataFrame) -> list[Row]:
             F.col("unchanged_toast"))))).alias("unchanged"),
         F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
         F.min("commit_lsn").alias("first"),
+        F.collect_list(F.when(control, F.struct(
+            "op", "commit_lsn", "change_index",
+            F.unix_micros("commit_ts").alias("commit_micros"),
+            "message_content"))).alias("controls"),
     ).collect()
 
 
@@ -193,23 +200,23 @@ def _table_scans(summary: Sequence[Row]) -> dict[str, TableScan]:
     return tables
 
 
-def _add_controls(tables: dict[str, TableScan], rows: DataFrame) -> list[LandedWatermark]:
-    """One action: record the truncates among `rows` on their tables' scans, and return
-    the backfill watermarks among them."""
-    control = rows.filter((F.col("op") == OP_TRUNCATE) | (
-        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))).select(
-        "schema_name", "table_name", "op", "commit_lsn", "change_index",
-        F.unix_micros("commit_ts").alias("commit_micros"), "message_content").collect()
+def _add_controls(tables: dict[str, TableScan], summary: Sequence[Row]
+                  ) -> list[LandedWatermark]:
+    """Record the summary's truncates on their tables' scans, and return the backfill
+    watermarks among its control rows, in bronze order."""
     marks: list[LandedWatermark] = []
-    for r in control:
-        position = (r.commit_lsn, r.change_index)
-        if r.op == OP_TRUNCATE:
-            scan = _table_scan(tables, f"{r.schema_name}.{r.table_name}")
+    control = sorted(((r.schema_name, r.table_name, c) for r in summary
+                      for c in r.controls or ()),
+                     key=lambda t: (t[2].commit_lsn, t[2].change_index))
+    for schema, table, c in control:
+        position = (c.commit_lsn, c.change_index)
+        if c.op == OP_TRUNCATE:
+            scan = _table_scan(tables, f"{schema}.{table}")
             scan.truncate = max(scan.truncate or position, position)
-            scan.closings.append(Closing(position, r.commit_micros, position))
+            scan.closings.append(Closing(position, c.commit_micros, position))
         else:
-            marks.append(parse_watermark(bytes(r.message_content), position,
-                                         utc_from_micros(r.commit_micros)))
+            marks.append(parse_watermark(bytes(c.message_content), position,
+                                         utc_from_micros(c.commit_micros)))
     return marks
 
 

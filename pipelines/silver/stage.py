@@ -3,8 +3,9 @@
 text events -> unchanged TOAST filled -> newest event per key above the truncate floor ->
 typed and cast to silver's final schema (values that cannot be typed kept aside) ->
 a moved row's columns filled from its old key's row -> stale events marked -> staged
-(Parquet) -> checked. With history, every event is typed and staged first (history
-needs them all; silver takes the newest per key from them).
+(Parquet) -> checked, in one aggregate that also finds whether the tombstones change.
+With history, every event is typed and staged first (history needs them all; silver
+takes the newest per key from them).
 
 Staged once: the check and every MERGE statement read plain files instead of re-running
 the batch's plan, and see the same events (on Sail a MERGE whose source is itself a join
@@ -16,14 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from pipelines.silver.batch import filled_events, latest_events, newest_events
 from pipelines.silver.events import col, value_columns
-from pipelines.silver.merge import mark_stale_events
+from pipelines.silver.merge import REVIVES, mark_stale_events
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.tables import SilverContext, stage_every, stage_newest
 from pipelines.silver.toast import fill_from_old_key_rows
-from pipelines.silver.types import check_failures, failures_of, typed_columns, with_failed_texts
+from pipelines.silver.types import (
+    check_failures, failure_aggregates, failures_in, failures_of, typed_columns,
+    with_failed_texts)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class StagedBatch:
 
     newest: DataFrame
     every: DataFrame | None = None
+    marks_change: bool = True  # some event deletes a key or revives a deleted one
 
 
 def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
@@ -50,11 +55,19 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
                                             moved_rows=scan.moved))
     if scan.moved and plan.silver_exists:
         source = _filled_from_old_keys(run, plan, source)
-    marks = run.read(plan.marks) if plan.marked is not None else None
+    # no tombstone: nothing to read (a classic Spark driver pays jobs for each snapshot)
+    marks = run.read(plan.marks) if plan.marks_oldest is not None else None
     newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape)
-    if every is None:  # else checked above, on every event
-        check_failures(shape, failures_of(newest, shape.columns))
-    return StagedBatch(newest, every)
+    deletes = bool(scan.deletes or scan.moved)  # bronze deletes, or a key change's old key
+    checked = shape.columns if every is None else ()  # else checked above, on every event
+    aggregates = failure_aggregates(checked)
+    count_revives = marks is not None and not deletes
+    if count_revives:
+        aggregates.append(F.count(F.when(F.col(REVIVES), 1)).alias(REVIVES))
+    row = newest.agg(*aggregates).collect()[0] if aggregates else None
+    if row is not None:
+        check_failures(shape, failures_in(row, checked))
+    return StagedBatch(newest, every, deletes or (count_revives and row[REVIVES] > 0))
 
 
 def _typed(plan: BatchPlan, events: DataFrame) -> DataFrame:

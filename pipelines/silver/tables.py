@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable, Iterator, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
@@ -115,6 +117,23 @@ def truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
     """Delete every row of the table at or below a truncate's floor (if it exists)."""
     if run.exists(target):
         run.merge(floor_merge_sql(target.sql, SOURCE_VIEW, floor), run.read(target).limit(0))
+
+
+def oldest_commit_micros(table: TableRef) -> int | None:
+    """A lower bound of the commit times of the table's rows (Unix microseconds), from
+    its log's file statistics alone, with no Spark job: None when the table holds no
+    file; 0 when the statistics do not say, or for a catalog table (delta-rs opens
+    paths)."""
+    if table.path is None:
+        return 0
+    actions = pa.table(table.path.open().get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return None
+    least = f"min.{COMMIT_TS}"
+    if least not in actions.column_names or actions.column(least).null_count:
+        return 0
+    column = actions.column(least)
+    return pc.min(column.cast(pa.timestamp("us", column.type.tz))).cast(pa.int64()).as_py()
 
 
 def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:

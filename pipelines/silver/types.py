@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -293,12 +293,24 @@ def with_failed_texts(df: DataFrame, columns: Sequence[SourceColumn]) -> DataFra
 
 def failures_of(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFailure]:
     """The failures `with_failed_texts` recorded in `df`; ONE aggregate action."""
-    checked = [c for c in columns if _can_fail(c)]
-    if not checked:
+    aggregates = failure_aggregates(columns)
+    if not aggregates:
         return []
+    return failures_in(df.agg(*aggregates).collect()[0], columns)
+
+
+def failure_aggregates(columns: Sequence[SourceColumn]) -> list[Column]:
+    """The aggregates failures_in reads, over the columns `with_failed_texts` added: a
+    caller may compute them in an aggregate of its own."""
+    checked = [c for c in columns if _can_fail(c)]
     failed = [F.col(f"{FAILED}{i}") for i in range(len(checked))]
-    row = df.agg(*(F.count(f).alias(f"n{i}") for i, f in enumerate(failed)),
-                 *(F.min(f).alias(f"e{i}") for i, f in enumerate(failed))).collect()[0]
+    return [*(F.count(f).alias(f"n{i}") for i, f in enumerate(failed)),
+            *(F.min(f).alias(f"e{i}") for i, f in enumerate(failed))]
+
+
+def failures_in(row: Row, columns: Sequence[SourceColumn]) -> list[CastFailure]:
+    """The failures in a row of failure_aggregates."""
+    checked = [c for c in columns if _can_fail(c)]
     return [CastFailure(column, row[f"n{i}"], row[f"e{i}"])
             for i, column in enumerate(checked) if row[f"n{i}"]]
 

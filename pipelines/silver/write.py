@@ -1,5 +1,6 @@
 """Write a staged batch: create or evolve the tables (DDL), MERGE into silver and then
-into its tombstones, then the history table.
+into its tombstones (when the batch deletes a key, revives one, truncates or expires
+tombstones: a MERGE costs a classic Spark driver about ten jobs), then the history table.
 
 Every statement reads the staged events (pipelines.silver.stage) within the batch's key
 ranges (merge.key_range), so the engines can skip the files the batch cannot touch.
@@ -14,12 +15,12 @@ from datetime import timedelta
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from pipelines.catalog import TableRef
 from pipelines.positions import Position
 from pipelines.silver import history_tables
-from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OP, UNCHANGED, col
+from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, col
 from pipelines.silver.evolution import SchemaPlan
-from pipelines.silver.merge import STALE, key_range, silver_merge_sql, tombstone_merge_sql
+from pipelines.silver.merge import (
+    REVIVES, STALE, key_range, silver_merge_sql, tombstone_merge_sql)
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
@@ -50,10 +51,13 @@ def write_batch(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
         *(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED]))
     run.merge(silver_merge_sql(plan.silver.sql, SOURCE_VIEW, keys, plan.final.names, carried,
                                plan.merge_floor, plan.toast, bounds), fresh)
-    expire = _expiry_horizon(run, plan.marks, newest_commit_micros)
-    run.merge(tombstone_merge_sql(plan.marks.sql, SOURCE_VIEW, keys, plan.merge_floor, expire,
-                                  bounds),
-              staged.newest.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP))
+    expire = _expiry_horizon(run, plan, newest_commit_micros)
+    if staged.marks_change or plan.merge_floor is not None or expire is not None:
+        # only deletes and revived keys change a tombstone: the others need not be joined
+        marking = staged.newest.filter((F.col(OP) == DELETE) | F.col(REVIVES))
+        run.merge(tombstone_merge_sql(plan.marks.sql, SOURCE_VIEW, keys, plan.merge_floor,
+                                      expire, bounds),
+                  marking.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP))
     if staged.every is not None:
         history_tables.apply(run, plan.scan, plan.shape, staged.every, plan.after, plan.final,
                              plan.old_key(), plan.toast, plan.replace_tables)
@@ -83,19 +87,24 @@ def _prepare_tables(run: SilverContext, plan: BatchPlan) -> None:
         run.maintenance.prepare(run.spark, target, keys)
 
 
-def _expiry_horizon(run: SilverContext, marks: TableRef,
+def _expiry_horizon(run: SilverContext, plan: BatchPlan,
                     newest_commit_micros: int | None) -> int | None:
     """The retention horizon when this run should expire the table's tombstones, else None.
 
     Expiring makes the tombstone MERGE visit every row of the table (NOT MATCHED BY
     SOURCE), which no key range can narrow: once per EXPIRE_EVERY of bronze time in a
-    process (and in its first run) is enough for a retention counted in hours.
+    process (and in its first run) is enough for a retention counted in hours, and only
+    when the log's statistics say some tombstone is older than the horizon.
     """
     if newest_commit_micros is None:
         return None
+    marks = plan.marks
     last = _expired_at.get(marks.sql)
     every = EXPIRE_EVERY // timedelta(microseconds=1)
     if last is not None and newest_commit_micros - last < every:
         return None
+    horizon = newest_commit_micros - run.retention // timedelta(microseconds=1)
+    if plan.marks_oldest is None or plan.marks_oldest >= horizon:
+        return None
     _expired_at[marks.sql] = newest_commit_micros
-    return newest_commit_micros - run.retention // timedelta(microseconds=1)
+    return horizon

@@ -153,17 +153,39 @@ def test_tombstones_are_collected_after_the_retention(spark, lake):
 
 
 def test_tombstones_are_expired_once_an_hour_of_bronze_time(spark, lake):
-    """Expiring visits every tombstone (no key range narrows it): at most once per hour."""
+    """Expiring visits every tombstone (no key range narrows it): at most once per hour,
+    and only when the tombstones' log says one is past the retention."""
     config = make_config(lake=lake.root, silver={"tombstone_retention_hours": 0.01})  # 36 s
     lake.append_changes([ITEMS.insert(10, 0, id=1), ITEMS.delete(11, 0, id=1)])
-    run_silver(config, spark)  # this process's first run of the table: expires
+    run_silver(config, spark)  # nothing to expire yet: the table's first tombstone
     marks = tombstones(config)
     lake.append_changes([ITEMS.insert(100, 0, id=2)])  # 89 s later: past the retention
     run_silver(config, spark)
-    assert [r[0] for r in rows(spark, marks)] == [1]  # but not an hour since the last expiry
-    lake.append_changes([ITEMS.insert(3700, 0, id=3)])
+    assert rows(spark, marks) == []  # expired: this process's first expiry of the table
+    lake.append_changes([ITEMS.insert(200, 0, id=3), ITEMS.delete(201, 0, id=3)])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.insert(300, 0, id=4)])  # 3's tombstone is past the retention
+    run_silver(config, spark)
+    assert [r[0] for r in rows(spark, marks)] == [3]  # but not an hour since the last expiry
+    lake.append_changes([ITEMS.insert(3800, 0, id=5)])
     run_silver(config, spark)
     assert rows(spark, marks) == []
+
+
+def test_a_batch_that_deletes_nothing_leaves_the_tombstones_alone(spark, lake, config):
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.insert(10, 1, id=2),
+                         ITEMS.delete(11, 0, id=2)])
+    run_silver(config, spark)
+    marks = tombstones(config)
+    version = DeltaTable(str(marks.path)).version()
+    lake.append_changes([ITEMS.update(12, 0, id=1, name="b")])
+    run_silver(config, spark)
+    assert DeltaTable(str(marks.path)).version() == version  # no MERGE
+    assert [r[0] for r in rows(spark, marks)] == [2]
+    lake.append_changes([ITEMS.insert(13, 0, id=2, name="back")])  # revives 2
+    run_silver(config, spark)
+    assert rows(spark, marks) == []
+    assert [r[:2] for r in items(spark, config)] == [(1, "b"), (2, "back")]
 
 
 def test_cli_verb_runs_once_and_exits_4_on_a_stopped_table(spark, lake, tmp_path, monkeypatch,

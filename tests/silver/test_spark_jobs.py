@@ -12,7 +12,8 @@ from tests.support.silver_changes import ITEMS
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 41  # one table's batch of updates and a delete into an existing table
+BATCH_JOBS = 39  # one table's batch of updates and a delete into an existing table
+UPDATE_JOBS = 32  # then one of updates only: its tombstones are left alone
 
 
 @pytest.fixture
@@ -39,3 +40,8 @@ def test_one_table_s_batch_starts_a_fixed_number_of_jobs(classic, spark, lake, c
         report = run_silver(config, spark)
     assert [(t.table, t.updates, t.deletes) for t in report.tables] == [("public.items", 5, 1)]
     assert batch.jobs == BATCH_JOBS
+    lake.append_changes([ITEMS.update(13, i, id=i, name=f"q{i}", unchanged=["doc"])
+                         for i in range(5)])
+    with counted_jobs(spark) as updates:
+        run_silver(config, spark)
+    assert updates.jobs == UPDATE_JOBS
