@@ -53,13 +53,13 @@ demo: install
 
 # Every test on Sail, then the engine-dependent (`spark`-marked) tests on classic Spark
 # with Delta Lake: the two engines cannot share one Python process (docs/architecture.md,
-# rule 10). Classic Spark spends most of a tiny test's time waiting on its driver, so its
-# pass runs in two processes. Then the replication, backfill and end-to-end tests
-# (`pg_versions`) again on PostgreSQL 15 and 18 (16 is the default), in two processes:
-# each has its own server and every test its own database.
+# rule 10). Each pass runs in two processes: a test spends much of its time waiting on a
+# driver, a server or a child process, and every process has its own PostgreSQL server
+# (every test its own database), MinIO and Azurite. Then the replication, backfill and
+# end-to-end tests (`pg_versions`) again on PostgreSQL 15 and 18 (16 is the default).
 # Last, the engine-free tests and a short demo on Python 3.12 from the built wheel.
 test: install spark-jars object-stores postgres
-	$(PYTEST) --engine sail
+	$(PYTEST) --engine sail -n 2
 	$(PYTEST) --engine spark -m spark -n 2
 	$(PYTEST) --engine sail --postgres 15 -m pg_versions -n 2
 	$(PYTEST) --engine sail --postgres 18 -m pg_versions -n 2
