@@ -31,6 +31,11 @@ runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs...):
   rows into another identical copy: what the engine's MERGE costs without the
   pipeline's steps.
 
+Each engine's run is a fresh process's first (a one-shot job's); with --warm, Sail's and
+Spark's processes first apply a small batch to a scratch lake, so the measured run is a
+warm driver's, as in a long-running `lakehouse run` (a fresh JVM's first queries are
+slow while it loads and compiles its classes).
+
 The engines' tables are then compared row for row with the first's (they must be
 equal). The 1-minute load average (what `uptime` shows) is recorded around every timed
 run: the machine is shared. The report lists every run, then every case's medians with
@@ -385,7 +390,22 @@ def timed_run_silver(config, spark) -> dict:
             "tables": [[t.table, t.inserts, t.updates, t.deletes] for t in report.tables]}
 
 
-def phase_silver(lake: Path, out: Path) -> None:
+def warm_up(spark, lake: Path, engine: str) -> None:
+    """Apply a small batch in this session first (1,000 rows, then 100 changes, in a
+    scratch lake beside `lake`): the measured run is then a warm driver's, as in a
+    long-running `lakehouse run`, rather than a fresh process's first."""
+    from pipelines.silver import job
+
+    scratch = lake.parent / f"warm-up-{engine}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    append_bronze(scratch, initial_rows(1_000, 0)[0], INITIAL_COMMIT_ROWS)
+    job.run_silver(bench_config(scratch, engine), spark)
+    append_bronze(scratch, batch_rows(1_000, 100, 1)[0], INGEST_COMMIT_ROWS)
+    job.run_silver(bench_config(scratch, engine), spark)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def phase_silver(lake: Path, out: Path, warm: bool = False) -> None:
     """One run_silver on the local engine, instrumented; results as JSON in `out`."""
     started = time.perf_counter()
     from pipelines.engine import start_local_session
@@ -393,6 +413,8 @@ def phase_silver(lake: Path, out: Path) -> None:
     spark = start_local_session((lake / "_warehouse").resolve())
     spark.sql("SELECT 1").collect()
     startup = time.perf_counter() - started
+    if warm:
+        warm_up(spark, lake, "local")
     rss_ready = vm_hwm_mb()
     requests = Requests()
     requests.install()
@@ -401,7 +423,7 @@ def phase_silver(lake: Path, out: Path) -> None:
                                "rss_peak_mb": vm_hwm_mb(), "requests": requests.calls}))
 
 
-def phase_spark(lake: Path, out: Path) -> None:
+def phase_spark(lake: Path, out: Path, warm: bool = False) -> None:
     """One run_silver on classic Spark with Delta Lake (the `spark` engine, SPARK_MASTER),
     as phase_silver runs it on Sail. The session's start-up is timed apart: it is the
     JVM's launch and Ivy's resolution of the Delta jars, paid once per process. Peak RSS
@@ -413,6 +435,8 @@ def phase_spark(lake: Path, out: Path) -> None:
     spark = start_classic_session((lake / "_warehouse").resolve(), config.spark.master,
                                   config.spark.jars, config.spark.conf)
     startup = time.perf_counter() - started
+    if warm:
+        warm_up(spark, lake, "spark")
     run = timed_run_silver(config, spark)
     result = {**run, "startup": startup, "rss_peak_mb": vm_hwm_mb(),
               "jvm_rss_peak_mb": vm_hwm_mb(jvm_pid())}
@@ -615,7 +639,8 @@ def step_summary(result: dict) -> str:
 
 
 def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
-             verify: bool, toast_share: float, engines: list[str], shape: str) -> dict:
+             verify: bool, toast_share: float, engines: list[str], shape: str,
+             warm: bool = False) -> dict:
     """One run of a case: the batch lands in a copy of the base lake, then each engine
     applies it to its own copy of the same N-row silver table, one after the other (so
     the runs of a case alternate between the engines); the first engine's table is the
@@ -636,8 +661,9 @@ def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
     if "spark" in engines:  # the lake Sail's run gets: same bronze, same silver before it
         shutil.copytree(lake, case / "spark")
     merge_source = ("--source", str(case / "source.parquet"))
-    argv = {"sail": ("--phase", "silver", "--lake", str(lake)),
-            "spark": ("--phase", "spark", "--lake", str(case / "spark")),
+    warming = ("--warm",) if warm else ()
+    argv = {"sail": ("--phase", "silver", "--lake", str(lake), *warming),
+            "spark": ("--phase", "spark", "--lake", str(case / "spark"), *warming),
             "deltars": ("--phase", "deltars", "--target", str(case / "deltars"),
                         *merge_source)}
     tables = {"sail": silver_path(lake), "spark": silver_path(case / "spark"),
@@ -681,6 +707,11 @@ def main() -> None:
                         help="which keys a batch changes: recent (inserts, and updates and "
                              "deletes of the newest 1%% of ids) or uniform (random keys); "
                              "default recent")
+    parser.add_argument("--warm", action="store_true",
+                        help="before the measured run, Sail's and Spark's processes apply a "
+                             "small batch to a scratch lake: a warm driver, as in a "
+                             "long-running `lakehouse run` (default: a fresh process's "
+                             "first run, as a one-shot job has)")
     parser.add_argument("--phase", choices=("silver", "spark", "deltars", "sailmerge",
                                             "progress"), help=argparse.SUPPRESS)
     parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
@@ -690,9 +721,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "silver":
-        return phase_silver(args.lake, args.out)
+        return phase_silver(args.lake, args.out, args.warm)
     if args.phase == "spark":
-        return phase_spark(args.lake, args.out)
+        return phase_spark(args.lake, args.out, args.warm)
     if args.phase == "deltars":
         return phase_deltars(args.target, args.source, args.out)
     if args.phase == "sailmerge":
@@ -712,7 +743,7 @@ def main() -> None:
             for m in args.changes:
                 for r in range(args.repeat):
                     result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
-                                      args.toast_share, engines, args.shape)
+                                      args.toast_share, engines, args.shape, args.warm)
                     results.append(result)
                     timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
                         f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
