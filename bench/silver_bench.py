@@ -606,6 +606,7 @@ def same_rows(table: Path, other: Path) -> bool:
 
 STEPS = {  # request label prefix -> column of the breakdown
     "scan.": "scan", "catalog.staged": "stage", "types.failures_of": "check",
+    "stage._check": "check",
     "MERGE INTO silver": "merge", "MERGE INTO tombstones": "tombstones",
 }
 

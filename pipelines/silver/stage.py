@@ -59,15 +59,24 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
     marks = run.read(plan.marks) if plan.marks_oldest is not None else None
     newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape)
     deletes = bool(scan.deletes or scan.moved)  # bronze deletes, or a key change's old key
-    checked = shape.columns if every is None else ()  # else checked above, on every event
-    aggregates = failure_aggregates(checked)
-    count_revives = marks is not None and not deletes
+    revives = _check(newest, plan, checked=every is None,  # else checked above, every event
+                     count_revives=marks is not None and not deletes)
+    return StagedBatch(newest, every, deletes or revives)
+
+
+def _check(newest: DataFrame, plan: BatchPlan, checked: bool, count_revives: bool) -> bool:
+    """One aggregate over the staged events (none when nothing is asked): stop the table
+    (DataError) on values that cannot be typed, if `checked`; whether some upsert revives
+    a deleted key, if `count_revives` (else False)."""
+    columns = plan.shape.columns if checked else ()
+    aggregates = failure_aggregates(columns)
     if count_revives:
         aggregates.append(F.count(F.when(F.col(REVIVES), 1)).alias(REVIVES))
-    row = newest.agg(*aggregates).collect()[0] if aggregates else None
-    if row is not None:
-        check_failures(shape, failures_in(row, checked))
-    return StagedBatch(newest, every, deletes or (count_revives and row[REVIVES] > 0))
+    if not aggregates:
+        return False
+    row = newest.agg(*aggregates).collect()[0]
+    check_failures(plan.shape, failures_in(row, columns))
+    return count_revives and row[REVIVES] > 0
 
 
 def _typed(plan: BatchPlan, events: DataFrame) -> DataFrame:

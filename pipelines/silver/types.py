@@ -284,7 +284,7 @@ def with_failed_texts(df: DataFrame, columns: Sequence[SourceColumn]) -> DataFra
     where typing turns a non-null value into null, else null."""
     _check_text_columns(df, columns)
     failed = []
-    for i, column in enumerate(c for c in columns if _can_fail(c)):
+    for i, column in enumerate(_checked(columns)):
         text = _col(column.name)
         bad = text.isNotNull() & typed_value(column, text).isNull()
         failed.append(F.when(bad, text).alias(f"{FAILED}{i}"))
@@ -302,17 +302,20 @@ def failures_of(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFail
 def failure_aggregates(columns: Sequence[SourceColumn]) -> list[Column]:
     """The aggregates failures_in reads, over the columns `with_failed_texts` added: a
     caller may compute them in an aggregate of its own."""
-    checked = [c for c in columns if _can_fail(c)]
-    failed = [F.col(f"{FAILED}{i}") for i in range(len(checked))]
+    failed = [F.col(f"{FAILED}{i}") for i in range(len(_checked(columns)))]
     return [*(F.count(f).alias(f"n{i}") for i, f in enumerate(failed)),
             *(F.min(f).alias(f"e{i}") for i, f in enumerate(failed))]
 
 
 def failures_in(row: Row, columns: Sequence[SourceColumn]) -> list[CastFailure]:
     """The failures in a row of failure_aggregates."""
-    checked = [c for c in columns if _can_fail(c)]
     return [CastFailure(column, row[f"n{i}"], row[f"e{i}"])
-            for i, column in enumerate(checked) if row[f"n{i}"]]
+            for i, column in enumerate(_checked(columns)) if row[f"n{i}"]]
+
+
+def _checked(columns: Sequence[SourceColumn]) -> list[SourceColumn]:
+    """The columns whose typing can fail, in order: the i-th has `_cdc_failed_<i>`."""
+    return [c for c in columns if _can_fail(c)]
 
 
 def cast_failures(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFailure]:
