@@ -24,6 +24,7 @@ that reads, writes or looks up a table by its TableRef.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
@@ -34,6 +35,7 @@ from pipelines.names import DEFAULT_SCHEMA, quote, split_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql.types import StructType
 
     from pipelines.config import Config
 
@@ -204,6 +206,16 @@ def read_table(spark: "SparkSession", table: TableRef) -> "DataFrame":
     if table.path is not None:
         return spark.read.format("delta").load(table.path.uri)
     return spark.table(table.sql)
+
+
+def table_schema(spark: "SparkSession", table: TableRef) -> "StructType":
+    """The table's schema: from its Delta log for a path (delta-rs writes the schema in
+    Spark's own JSON form; no Spark job), from the session catalog for a name."""
+    if table.path is None:
+        return spark.table(table.sql).schema
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(table.path.open().schema().to_json()))
 
 
 def save_table(writer: "DataFrameWriter", table: TableRef) -> None:

@@ -74,6 +74,7 @@ class SilverConfig:
     poll_seconds: float = 0.5  # how often an idle loop looks for a new bronze commit
     tombstone_retention_hours: float = 168.0
     max_batch_rows: int = 2_000_000  # more new bronze is applied in slices (silver/slicing.py)
+    parallel_tables: int = 4  # tables whose batches a run applies at once
     deletion_vectors: bool = True  # merge-on-read: a MERGE writes only the rows it changes
     compact_files: int = 50  # compact a table once it has this many small files
     target_file_mb: int = 16  # compaction packs smaller files into files of about this size

@@ -73,6 +73,12 @@ def _warehouse(lake: "Lake") -> str:
             else os.path.join(tempfile.gettempdir(), "lakehouse-warehouse"))
 
 
+# Sail removes a session idle for 15 minutes; the embedded server serves this process
+# alone, so a notebook left open over lunch or a test run's long pause must not lose it.
+SAIL_IDLE_TIMEOUT = "SAIL_SPARK__SESSION_TIMEOUT_SECS"
+LOCAL_IDLE_SECONDS = 365 * 24 * 3600
+
+
 def start_local_session(warehouse: str | Path,
                         endpoint: "Endpoint | None" = None) -> "SparkSession":
     """Start Sail in-process on a loopback port (ephemeral, else the endpoint's) and
@@ -81,6 +87,7 @@ def start_local_session(warehouse: str | Path,
     from pysail.spark import SparkConnectServer
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault(SAIL_IDLE_TIMEOUT, str(LOCAL_IDLE_SECONDS))
     server = SparkConnectServer("127.0.0.1", endpoint.port if endpoint else 0)
     server.start(background=True)
     host, port = server.listening_address

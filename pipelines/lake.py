@@ -304,7 +304,6 @@ def read_delta(where: Where, columns: list[str] | None = None,
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
 
     where = location(where)
     table = where.open()
@@ -320,13 +319,27 @@ def read_delta(where: Where, columns: list[str] | None = None,
     if table.metadata().partition_columns:
         dataset = table.to_pyarrow_dataset()
     elif storage.store_kind(where.uri):
-        import obstore
-
-        files = storage.object_store(where.uri, dict(where.options))
-        prefix = where.uri.rstrip("/") + "/"
-        parts = [pq.read_table(pa.BufferReader(obstore.get(files, uri[len(prefix):]).bytes()),
-                               schema=schema) for uri in table.file_uris()]
+        parts = [read_data_file(where, uri, schema) for uri in table.file_uris()]
         dataset = ds.dataset(parts or schema.empty_table())
     else:
         dataset = ds.dataset(table.file_uris(), format="parquet", schema=schema)
     return dataset.to_table(columns=columns, filter=filter, use_threads=False)
+
+
+def read_data_file(where: Where, uri: str, schema: "pa.Schema",
+                   columns: list[str] | None = None) -> "pa.Table":
+    """One data file of a table without partitions or deletion vectors (its URI as
+    delta-rs lists it), read by pyarrow: from the disk, or from the bytes obstore fetches
+    on a store (see read_delta for why not through delta-rs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = location(where)
+    if not storage.store_kind(where.uri):
+        return pq.read_table(uri, schema=schema, columns=columns)
+    import obstore
+
+    files = storage.object_store(where.uri, dict(where.options))
+    prefix = where.uri.rstrip("/") + "/"
+    data = obstore.get(files, uri[len(prefix):]).bytes()
+    return pq.read_table(pa.BufferReader(data), schema=schema, columns=columns)

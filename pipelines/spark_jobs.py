@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +45,27 @@ def counted_jobs(spark: "SparkSession", label: str = "lakehouse") -> Iterator[Jo
         count.jobs = len(context.statusTracker().getJobIdsForGroup(count.group))
         context.setLocalProperty(GROUP, before[0])
         context.setLocalProperty(DESCRIPTION, before[1])
+
+
+Result = TypeVar("Result")
+
+
+def in_this_threads_group(spark: "SparkSession",
+                          work: Callable[..., Result]) -> Callable[..., Result]:
+    """`work`, to be called in another thread, with this thread's job group and local
+    properties on a classic driver (a pool thread starts without them, so its jobs
+    would escape `counted_jobs`); as it is on a Connect session."""
+    if _context(spark) is None:
+        return work
+    from pyspark.util import inheritable_thread_target
+
+    return inheritable_thread_target(spark)(work)
+
+
+def is_classic(spark: "SparkSession") -> bool:
+    """Whether this process drives the session (classic Spark, Databricks) rather than
+    a Spark Connect server, which may be Sail's."""
+    return _context(spark) is not None
 
 
 def _context(spark: "SparkSession"):

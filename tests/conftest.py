@@ -9,6 +9,7 @@ marked `pg_versions` again on 15 and on 18.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,12 +26,25 @@ from tests.support.postgres import fresh_database
 ENGINES = ("sail", "spark")
 POSTGRES_VERSIONS = (15, 16, 18)
 
+# Every JVM the suite starts (a classic driver, a `lakehouse` process, a Connect server,
+# a standalone cluster) runs seconds of small jobs on a cold JIT. The C1 compiler alone
+# gets there with far less compile work than C2, whose threads compete with the jobs on
+# two cores: a classic Spark test takes about 0.7x the time. Children inherit it.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--engine", choices=ENGINES, default="sail",
                      help="Spark engine for the tests that use the `spark` fixture")
     parser.addoption("--postgres", type=int, choices=POSTGRES_VERSIONS, default=DEFAULT_VERSION,
                      help="PostgreSQL major version the `pg_server` fixture starts")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With -n, xdist hands tests out in this order (groups first): the few marked
+    `long` go before the rest, so that no worker is left running one alone at a pass's
+    end while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,8 @@ from pipelines.lake import Lake
 from pipelines.silver.job import clash_error
 from pipelines.silver.maintenance import DatabricksMaintenance, LocalMaintenance, maintenance_for
 from pipelines.silver.merge import (
-    add_columns_merge_sql, floor_merge_sql, silver_merge_sql, tombstone_merge_sql)
+    add_columns_merge_sql, at_or_below, committed_before, delete_where_sql, insert_select_sql,
+    silver_merge_sql)
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLUME = "/Volumes/main/lakehouse/lake"
@@ -169,44 +170,46 @@ s._change_index > t._change_index)) THEN UPDATE SET \
 WHEN NOT MATCHED AND s._cdc_op = 'upsert' THEN INSERT \
 (`id`, `email`, `_lsn`, `_change_index`, `_commit_ts`, `gone`) VALUES \
 (s.`id`, CASE WHEN array_contains(s._cdc_unchanged, 'email') THEN NULL ELSE s.`email` END, \
-s.`_lsn`, s.`_change_index`, s.`_commit_ts`, NULL)
-WHEN NOT MATCHED BY SOURCE AND (t._lsn < 16 OR (t._lsn = 16 AND t._change_index <= 0)) \
-THEN DELETE"""
+s.`_lsn`, s.`_change_index`, s.`_commit_ts`, NULL)"""
 
-MERGE_TOMBSTONES = """\
-MERGE INTO delta.`/Volumes/main/lakehouse/lake/_state/silver_tombstones/public/users` t \
-USING _lakehouse_silver_events s ON t.`id` = s.`id`
-WHEN MATCHED AND s._cdc_op = 'delete' AND (s._lsn > t._lsn OR (s._lsn = t._lsn AND \
-s._change_index > t._change_index)) THEN UPDATE SET _lsn = s._lsn, \
-_change_index = s._change_index, _commit_ts = s._commit_ts
-WHEN MATCHED AND s._cdc_op = 'upsert' AND (s._lsn > t._lsn OR (s._lsn = t._lsn AND \
-s._change_index > t._change_index)) THEN DELETE
-WHEN NOT MATCHED AND s._cdc_op = 'delete' THEN INSERT (`id`, `_lsn`, `_change_index`, \
-`_commit_ts`) VALUES (s.`id`, s.`_lsn`, s.`_change_index`, s.`_commit_ts`)
-WHEN NOT MATCHED BY SOURCE AND ((t._lsn < 16 OR (t._lsn = 16 AND t._change_index <= 0)) \
-OR t._commit_ts < timestamp_micros(1000)) THEN DELETE"""
+FIRST_LOAD = """\
+SELECT s.`id` AS `id`, CASE WHEN array_contains(s._cdc_unchanged, 'email') THEN NULL ELSE \
+s.`email` END AS `email`, s.`_lsn` AS `_lsn`, s.`_change_index` AS `_change_index`, \
+s.`_commit_ts` AS `_commit_ts`, NULL AS `gone` FROM _lakehouse_silver_events s \
+WHERE s._cdc_op = 'upsert'"""
+
+EXPIRE_TOMBSTONES = """\
+DELETE FROM delta.`/Volumes/main/lakehouse/lake/_state/silver_tombstones/public/users` t \
+WHERE t._commit_ts < timestamp_micros(1000)"""
 
 
 def statements(names: TableNames) -> list[str]:
     """Every statement silver runs against the users table, as apply_table builds them."""
     silver, marks = names.silver("public", "users"), names.tombstones("public", "users")
-    return [silver_merge_sql(silver.sql, EVENTS, ["id"], ["id", "email", "_lsn",
-                                                         "_change_index", "_commit_ts", "gone"],
-                             ["id", "email"], (16, 0)),
-            tombstone_merge_sql(marks.sql, EVENTS, ["id"], (16, 0), 1000),
-            floor_merge_sql(silver.sql, EVENTS, (16, 0)),
-            add_columns_merge_sql(silver.sql, EVENTS)]
+    columns = ["id", "email", "_lsn", "_change_index", "_commit_ts", "gone"]
+    return [silver_merge_sql(silver.sql, EVENTS, ["id"], columns, ["id", "email"]),
+            delete_where_sql(marks.sql, committed_before(1000)),
+            delete_where_sql(silver.sql, at_or_below((16, 0))),
+            add_columns_merge_sql(silver.sql, EVENTS),
+            insert_select_sql(EVENTS, ["id"], columns, ["id", "email"]),
+            delete_where_sql(silver.sql, at_or_below((16, 0)), EVENTS)]
 
 
 def test_the_exact_statements_on_databricks(databricks):
-    merge, tombstones, floor, evolve = statements(TableNames.from_config(databricks))
+    merge, expire, floor, evolve, first_load, connect_floor = statements(
+        TableNames.from_config(databricks))
     assert merge == MERGE_USERS
-    assert tombstones == MERGE_TOMBSTONES
-    assert floor == ("MERGE INTO `main`.`lakehouse_silver`.`users` t USING "
-                     "_lakehouse_silver_events s ON FALSE\nWHEN NOT MATCHED BY SOURCE AND "
-                     "(t._lsn < 16 OR (t._lsn = 16 AND t._change_index <= 0)) THEN DELETE")
+    assert expire == EXPIRE_TOMBSTONES
+    assert floor == ("DELETE FROM `main`.`lakehouse_silver`.`users` t WHERE "
+                     "(t._lsn < 16 OR (t._lsn = 16 AND t._change_index <= 0))")
+    # through Spark Connect (the server may be Sail's, which has no DELETE): a MERGE
+    assert connect_floor == ("MERGE INTO `main`.`lakehouse_silver`.`users` t USING "
+                             "_lakehouse_silver_events s ON FALSE\nWHEN NOT MATCHED BY SOURCE "
+                             "AND (t._lsn < 16 OR (t._lsn = 16 AND t._change_index <= 0)) "
+                             "THEN DELETE")
     assert evolve == ("MERGE WITH SCHEMA EVOLUTION INTO `main`.`lakehouse_silver`.`users` t "
                       "USING _lakehouse_silver_events s ON FALSE WHEN NOT MATCHED THEN INSERT *")
+    assert first_load == FIRST_LOAD  # written into a new table by saveAsTable
 
 
 def test_local_statements_are_the_same_text_with_the_path_as_target(databricks, local):
@@ -215,8 +218,8 @@ def test_local_statements_are_the_same_text_with_the_path_as_target(databricks, 
     path_users = paths.silver("public", "users").sql
     assert path_users == f"delta.`{VOLUME}/silver/public/users`"
     for on_databricks, on_local in zip(statements(unity), statements(paths), strict=True):
-        assert on_local.startswith(("MERGE INTO delta.`",
-                                    "MERGE WITH SCHEMA EVOLUTION INTO delta.`"))
+        assert on_local.startswith(("MERGE INTO delta.`", "DELETE FROM delta.`",
+                                    "MERGE WITH SCHEMA EVOLUTION INTO delta.`", "SELECT "))
         assert on_local.replace(path_users, unity_users) == on_databricks
 
 

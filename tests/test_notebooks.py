@@ -35,6 +35,8 @@ NOTEBOOKS = {
     "04_pipeline_health.ipynb": 1,
 }
 KERNEL = "lakehouse-test"
+# one worker builds the demo lake (a module fixture) every notebook runs on
+pytestmark = pytest.mark.xdist_group("notebooks")
 # Portability rules (docs/architecture.md rule 7, and what Sail lacks): none of this in a notebook.
 FORBIDDEN = (".rdd", ".cache(", ".persist(", "input_file_name", "_metadata", "sparkContext",
              "readStream", "readChangeFeed")
@@ -119,10 +121,14 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
 def test_notebook_runs_on_the_demo_lake(name: str, demo_workdir: Path, config_engine: str,
                                         kernel_specs: KernelSpecManager) -> None:
     nb = read(name)
-    client = NotebookClient(
-        nb, km=KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs),
-        timeout=180, resources={"metadata": {"path": str(demo_workdir)}})
-    client.execute(env=kernel_env(demo_workdir, config_engine))  # raises CellExecutionError on a failing cell
+    kernel = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
+    client = NotebookClient(nb, km=kernel, timeout=180,
+                            resources={"metadata": {"path": str(demo_workdir)}})
+    try:  # raises CellExecutionError on a failing cell
+        client.execute(env=kernel_env(demo_workdir, config_engine))
+    finally:  # a client given its kernel leaves it running, with the kernel's engine
+        if kernel.has_kernel:
+            kernel.shutdown_kernel(now=True)
 
     for cell in code_cells(nb):
         assert not [o for o in cell.outputs if o.output_type == "error"]

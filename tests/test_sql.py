@@ -30,6 +30,9 @@ from tests.support.demo import change_after_snapshot, demo_lake
 from tests.support.engines import CLASSIC_TEST_CONF
 from tests.support.postgres import fresh_database
 
+# one worker builds the module's lake (`built`) for every test that reads it
+pytestmark = pytest.mark.xdist_group("sql")
+
 COLUMNS = ["id", "name", "hours", "ratio", "day", "at", "note"]
 ROWS = [
     (1, "Ada", Decimal("12.5000"), 0.25, dt.date(2026, 1, 5),

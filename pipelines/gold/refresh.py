@@ -47,7 +47,7 @@ from pipelines.position_columns import is_after_position
 from pipelines.positions import START, Position
 from pipelines.silver.events import CHANGE_INDEX, LSN, tombstone_keys
 from pipelines.silver.maintenance import DELETION_VECTORS
-from pipelines.silver.merge import key_range
+from pipelines.silver.key_ranges import key_range
 
 if TYPE_CHECKING:
     from pipelines.gold.definitions import Report
@@ -278,7 +278,8 @@ class Changes:
 def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, group: str,
              seen: Position) -> Changes:
     """One pass over the new rows, the new tombstones and the index's rows of their keys.
-    A key is either live or tombstoned in silver, never both."""
+    The tombstones are a log of deletes: a key deleted since may be live again (its row
+    is newer than its tombstone), or deleted twice; each key counts once."""
     keys = list(driving.keys)
 
     def after(df: DataFrame) -> DataFrame:  # the `>=` lets the engines skip old files
@@ -287,9 +288,12 @@ def _changes(spark: SparkSession, io: "GoldIO", report: str, driving: Driving, g
 
     changed = after(driving.rows).select(*keys, F.expr(group).alias(GROUP), LSN,
                                          CHANGE_INDEX, F.lit(True).alias("_live"))
-    deleted = after(driving.tombstones).select(
-        *keys, F.lit(None).cast(changed.schema[GROUP].dataType).alias(GROUP), LSN,
-        CHANGE_INDEX, F.lit(False).alias("_live"))
+    deleted = after(driving.tombstones).groupBy(*keys).agg(
+        F.max(F.struct(LSN, CHANGE_INDEX)).alias("_at")).join(
+        changed.select(*keys), keys, "left_anti").select(
+        *keys, F.lit(None).cast(changed.schema[GROUP].dataType).alias(GROUP),
+        F.col(f"_at.{LSN}").alias(LSN), F.col(f"_at.{CHANGE_INDEX}").alias(CHANGE_INDEX),
+        F.lit(False).alias("_live"))
     events = changed.unionByName(deleted)
     index = read_table(spark, TableRef(path=group_index(io.lake, report)))
     # the index's rows of those keys (a broadcast join: the changes are the small side)

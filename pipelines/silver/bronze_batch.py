@@ -75,9 +75,12 @@ def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
             .join(ids, ["backfill_id", "chunk_id"]))
 
 
-def _table_rows(run: SilverContext, table: TableScan) -> DataFrame:
+def _table_rows(run: SilverContext, table: TableScan, new: bool = False) -> DataFrame:
+    """The table's bronze rows: all of them, or (`new`) those of the files that hold its
+    new rows, read as plain Parquet (no Delta snapshot of bronze to build)."""
     schema, name = split_table(table.name)
-    return run.changes.filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
+    rows = run.bronze_files(table.files) if new else run.changes
+    return rows.filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
 
 
 def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after: Position,
@@ -85,7 +88,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     """The table's text events in (after, upto], backfill chunks reconciled in
     (`chunk_columns`: the column list every chunk has, if they all have the same)."""
     keys = shape.key_columns
-    rows = _table_rows(run, table)
+    rows = _table_rows(run, table, new=True)
     new = rows.filter(is_within(F.col("commit_lsn"), F.col("change_index"), after, upto))
     events = changes_to_events(new, shape)
     if table.moved:  # else no update sent an old key: skip a second read of the rows

@@ -38,6 +38,7 @@ from pipelines.positions import Position
 from pipelines.silver.events import (
     CHANGE, CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OLD_KEY, OP, SNAPSHOT, UNCHANGED, UPSERT,
     col)
+from pipelines.silver.merge import update_where_sql
 from pipelines.silver.scan import Closing
 
 VALID_FROM, VALID_TO = "_valid_from", "_valid_to"
@@ -284,9 +285,9 @@ def history_merge_sql(target: str, source: str, keys: Sequence[str],
     return sql
 
 
-def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> str:
+def closings_sql(target: str, closings: Sequence[Closing], source: str | None = None) -> str:
     """Close the current versions a batch's truncates and resync ends close, at the
-    first of them that reaches each (`source`: any empty relation)."""
+    first of them that reaches each (merge.update_where_sql: `source` for a MERGE)."""
     hits, positions, times = [], [], []
     for closing in sorted(closings, key=lambda c: c.at):
         hit = f"({_sql_before(closing.at)} AND {_sql_before(closing.floor, inclusive=True)})"
@@ -294,10 +295,10 @@ def closing_merge_sql(target: str, source: str, closings: Sequence[Closing]) -> 
         positions.append(f"WHEN {hit} THEN {sql_number(closing.at)}")
         times.append(f"WHEN {hit} THEN " + ("NULL" if closing.at_micros is None
                                             else f"timestamp_micros({closing.at_micros})"))
-    return (f"MERGE INTO {target} t USING {source} s ON FALSE\n"
-            f"WHEN NOT MATCHED BY SOURCE AND t.{IS_CURRENT} AND ({' OR '.join(hits)}) "
-            f"THEN UPDATE SET {VALID_TO} = CASE {' '.join(positions)} END, "
-            f"{VALID_TO_TS} = CASE {' '.join(times)} END, {IS_CURRENT} = false")
+    return update_where_sql(
+        target, f"{VALID_TO} = CASE {' '.join(positions)} END, "
+        f"{VALID_TO_TS} = CASE {' '.join(times)} END, {IS_CURRENT} = false",
+        f"t.{IS_CURRENT} AND ({' OR '.join(hits)})", source)
 
 
 def _sql_before(position: Position, inclusive: bool = False) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -18,35 +20,35 @@ from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
 from pipelines.names import split_table
 from pipelines.position_columns import number_literal
-from pipelines.positions import Position
+from pipelines.positions import Position, position_number
 from pipelines.silver.events import col
 from pipelines.silver.evolution import plan_schema
 from pipelines.silver.history import (
-    HISTORY_COLUMNS, VALID_FROM, closing_merge_sql, fill_from_base, history_merge_sql,
+    HISTORY_COLUMNS, VALID_FROM, closings_sql, fill_from_base, history_merge_sql,
     history_schema, history_versions, open_at)
-from pipelines.silver.merge import key_range
+from pipelines.silver.key_ranges import key_range as find_key_range
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.tables import SilverContext, create_table, evolve
 
 log = logging.getLogger(__name__)
 
-SOURCE_VIEW = "_lakehouse_history_versions"
-
 
 def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFrame,
           after: Position, silver_schema: StructType, old_key: Sequence[Column],
-          unchanged: Sequence[str] | None, replace_table: bool) -> None:
+          unchanged: Sequence[str] | None, replace_table: bool,
+          key_range: str | None = None) -> None:
     """Write the versions the batch `every` (all its typed, filled events, after
     `after`) opens, updates or closes, and close what its truncates close.
-    unchanged: the only columns an event may have left unchanged (None: any)."""
+    unchanged: the only columns an event may have left unchanged (None: any);
+    key_range: where every's keys are, if the caller knows (else one action finds it)."""
     schema, name = split_table(table.name)
     target = run.names.history(schema, name)
     keys = list(shape.key_columns)
     wanted = history_schema(silver_schema.fields)
     exists = not replace_table and run.exists(target)
     if exists:
-        current = run.read(target).schema
+        current = run.schema(target)
         source_fields = [f for f in wanted.fields if f.name not in HISTORY_COLUMNS]
         evolve(run, target, current, plan_schema(shape.qualified_name, current, source_fields))
     else:
@@ -63,7 +65,8 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                             else F.lit(None).cast(wanted[n].dataType).alias(n)
                             for n in [*keys, *columns]),
                           *(c for c in every.columns if c not in {*keys, *columns}))
-    bounds = key_range(events, keys)  # every version the batch writes is of these keys
+    # every version the batch writes is of these keys
+    bounds = key_range if key_range is not None else find_key_range(events, keys)
     # Staged: the TOAST fill and the versions both read it, and it is small (the open
     # versions of the batch's keys) where the table is large.
     base = staged(run.spark, _base(run, target, events, keys, after, bounds),
@@ -76,19 +79,18 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                                                                   columns),
                                                   table.closings),
                       run.lake.history_staging(schema, name, "versions"))
-    order = run.read(target).columns  # evolved tables hold new columns last
+    order = run.schema(target).names  # evolved tables hold new columns last
     started = F.col(VALID_FROM) <= number_literal(after)
     if exists and _written_before(run, target, after):  # a re-run of this batch
-        versions.select(*order).createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, order,
-                                        bounds)).collect()
+        run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order,
+                                                         bounds), versions.select(*order))
         return
     # The versions that started before the batch are in the table: update them. The
     # others are new: append them, which costs far less than matching them.
     if exists:
-        versions.filter(started).select(*order).createOrReplaceTempView(SOURCE_VIEW)
-        run.spark.sql(history_merge_sql(target.sql, SOURCE_VIEW, keys, order, bounds,
-                                        insert=False)).collect()
+        run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
+                                                         insert=False),
+                  versions.filter(started).select(*order))
     save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
                target)
 
@@ -99,8 +101,7 @@ def close(run: SilverContext, table: TableScan) -> None:
     target = run.names.history(*split_table(table.name))
     if not table.closings or not run.exists(target):
         return
-    run.read(target).limit(0).createOrReplaceTempView(SOURCE_VIEW)
-    run.spark.sql(closing_merge_sql(target.sql, SOURCE_VIEW, table.closings)).collect()
+    run.modify(target, lambda view: closings_sql(target.sql, table.closings, view))
 
 
 def tracked_columns(run: SilverContext, table: TableScan, shape: TableShape,
@@ -119,10 +120,29 @@ def tracked_columns(run: SilverContext, table: TableScan, shape: TableShape,
 
 def _written_before(run: SilverContext, target: TableRef, after: Position) -> bool:
     """Whether the table holds a version that started after `after`: this batch was
-    written before (its run stopped before recording its progress). File statistics
-    answer it without reading the other files."""
+    written before (its run stopped before recording its progress). The log's file
+    statistics answer it (delta-rs; no Spark job) where every file has them, else the
+    engine reads the files they do not rule out."""
+    newest = newest_valid_from(target)
+    if newest is not None:
+        return newest > position_number(after)
     later = F.col(VALID_FROM) > number_literal(after)
     return bool(run.read(target).filter(later).select(VALID_FROM).limit(1).collect())
+
+
+def newest_valid_from(target: TableRef) -> int | None:
+    """The highest _valid_from of a history table at a lake path, from its files'
+    statistics (0: no file); None when they do not say (a catalog table, a file without
+    statistics for the column)."""
+    if target.path is None:
+        return None
+    actions = pa.table(target.path.open().get_add_actions(flatten=True))
+    column = f"max.{VALID_FROM}"
+    if actions.num_rows == 0:
+        return 0
+    if column not in actions.column_names or actions.column(column).null_count:
+        return None
+    return int(pc.max(actions.column(column)).as_py())
 
 
 def _base(run: SilverContext, target: TableRef, events: DataFrame, keys: Sequence[str],

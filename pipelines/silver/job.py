@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Sequence
@@ -18,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.bronze.generations import Registry, generation_starts
 from pipelines.bronze.landed import newest_position
-from pipelines.catalog import TableNames, TableRef, read_table, table_exists
+from pipelines.catalog import TableNames, TableRef, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.errors import DataError
 from pipelines.lake import Lake, TableLocation
@@ -31,6 +32,7 @@ from pipelines.silver.progress import (
 from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
 from pipelines.silver.tables import SilverContext
+from pipelines.spark_jobs import in_this_threads_group
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +89,8 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
         return report
     maintenance = maintenance_for(config, spark)
     maintenance.register_all(spark, lake)
-    changes = read_table(spark, TableRef(path=lake.bronze_changes))
     run = SilverContext(spark, lake, maintenance,
-                        timedelta(hours=config.silver.tombstone_retention_hours), changes, names,
+                        timedelta(hours=config.silver.tombstone_retention_hours), names,
                         generation_starts(Registry(lake).all()),
                         lambda table: history_of(config, table))
     reports: dict[str, TableReport] = {}
@@ -142,7 +143,7 @@ def _scan_slice(run: SilverContext, config: Config, progress: Progress,
     and the position each table starts from."""
     bounds, default = lower_bounds(progress, scope)
     stopped = {name for name, report in reports.items() if report.error}
-    scan = scan_bronze(run.changes, bounds, default, scope,
+    scan = scan_bronze(run.lake.bronze_changes, run.changes, bounds, default, scope,
                        lambda: watermarks_before(run.changes, min([default, *bounds.values()])),
                        max_rows=config.silver.max_batch_rows,
                        excluded=stopped,  # not counted, nor scanned, again in this run
@@ -162,7 +163,8 @@ def _apply_slice(run: SilverContext, config: Config, scan: BronzeScan, progress:
     configured = configured_tables(config, None)  # not --table: a clash can span runs
     clashes = run.names.silver_clashes(configured if configured is not None
                                        else [*progress.tables, *scan.tables])
-    slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes, replaced)
+    slice_reports, new_progress = _apply_scan(run, scan, progress, bounds, clashes, replaced,
+                                              config.silver.parallel_tables)
     write_progress(run.lake.silver_progress, new_progress, scanned)
     _maintain(run, [r.table for r in slice_reports if not r.error], run.lake.silver_progress)
     for report in slice_reports:
@@ -172,34 +174,27 @@ def _apply_slice(run: SilverContext, config: Config, scan: BronzeScan, progress:
 
 def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
                 bounds: dict[str, Position], clashes: dict[str, list[str]],
-                replaced: set[str]) -> tuple[list[TableReport], dict[str, TableProgress]]:
-    """Apply each table's part of one scan: reports, and the progress to record.
+                replaced: set[str], parallel: int
+                ) -> tuple[list[TableReport], dict[str, TableProgress]]:
+    """Apply each table's part of one scan, `parallel` tables at a time: reports, and
+    the progress to record.
 
-    replaced: tables whose silver and tombstone tables this pass replaces (a rebuild's
-    first pass).
+    Tables are independent (their own Delta tables, staging and source views), so their
+    batches may run at once: an engine's jobs are mostly fixed latency (a classic
+    driver's planning, a cluster's scheduling, an object store's round trips), which
+    other tables' jobs fill. replaced: tables whose silver and tombstone tables this
+    pass replaces (a rebuild's first pass).
     """
-    reports, new_progress = [], {}
-    for name in sorted(scan.tables):
-        table = scan.tables[name]
-        if not table.has_work:
-            continue
-        before = progress.of(name)
-        started = time.monotonic()
-        try:
-            if name in clashes:
-                raise DataError(clash_error(name, run.names, clashes[name]))
-            applied = apply_table(run, table, before, scan.upto, scan.newest_commit_micros,
-                                  replace_tables=name in replaced)
-        except DataError as exc:
-            log.debug("silver %s stopped: %s", name, exc)
-            new_progress[name] = replace(before, error=str(exc))
-            reports.append(TableReport(name, error=str(exc)))
-            continue
-        new_progress[name] = TableProgress(scan.upto, applied.floor)
-        reports.append(TableReport(table.name, table.inserts, table.updates, table.deletes,
-                                   table.truncate is not None, len(table.windows),
-                                   applied.columns_added, applied.columns_widened,
-                                   seconds=time.monotonic() - started))
+    work = [name for name in sorted(scan.tables) if scan.tables[name].has_work]
+
+    def apply_one(name: str) -> tuple[TableReport, TableProgress]:
+        return _apply_one(run, scan, name, progress.of(name), clashes, name in replaced)
+
+    with ThreadPoolExecutor(max(1, min(parallel, len(work))),
+                            thread_name_prefix="silver") as pool:
+        applied = list(pool.map(in_this_threads_group(run.spark, apply_one), work))
+    reports = [report for report, _ in applied]
+    new_progress = {name: table for name, (_, table) in zip(work, applied)}
     # A table with nothing new up to scan.upto moves up, unless an error stopped it or a
     # rebuild has not replaced it yet (an interrupted run must start that one over).
     for name in set(bounds) & set(progress.tables) - set(new_progress) - replaced:
@@ -207,6 +202,28 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
         if before.error is None and before.position < scan.upto:
             new_progress[name] = replace(before, position=scan.upto)
     return reports, new_progress
+
+
+def _apply_one(run: SilverContext, scan: BronzeScan, name: str, before: TableProgress,
+               clashes: dict[str, list[str]], replace_tables: bool
+               ) -> tuple[TableReport, TableProgress]:
+    """Apply one table's batch: its report and the progress to record (a DataError
+    stops the table, which keeps its progress, with the error)."""
+    table = scan.tables[name]
+    started = time.monotonic()
+    try:
+        if name in clashes:
+            raise DataError(clash_error(name, run.names, clashes[name]))
+        applied = apply_table(run, table, before, scan.upto, scan.newest_commit_micros,
+                              replace_tables=replace_tables)
+    except DataError as exc:
+        log.debug("silver %s stopped: %s", name, exc)
+        return TableReport(name, error=str(exc)), replace(before, error=str(exc))
+    return (TableReport(table.name, table.inserts, table.updates, table.deletes,
+                        table.truncate is not None, len(table.windows),
+                        applied.columns_added, applied.columns_widened,
+                        seconds=time.monotonic() - started),
+            TableProgress(scan.upto, applied.floor))
 
 
 def _maintain(run: SilverContext, tables: Sequence[str], progress_path: TableLocation) -> None:

@@ -24,7 +24,7 @@ from pipelines.silver.evolution import SchemaPlan, plan_schema
 from pipelines.silver.progress import TableProgress
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import SourceColumn, TableShape
-from pipelines.silver.tables import METADATA_FIELDS, SilverContext, oldest_commit_micros
+from pipelines.silver.tables import METADATA_FIELDS, MarkBounds, SilverContext, tombstone_bounds
 from pipelines.silver.types import spark_type, typed_value
 
 
@@ -44,7 +44,7 @@ class BatchPlan:
     target: StructType  # silver's schema now (or the one it is created with)
     silver_exists: bool
     marked: StructType | None  # the tombstones' schema, if the table exists
-    marks_oldest: int | None  # their oldest commit time at most (tables.oldest_commit_micros)
+    marks_bounds: MarkBounds | None  # what their log says of them (None: no tombstone)
     after: Position  # the table's progress before the batch
     replace_tables: bool  # a rebuild: silver and tombstones are replaced
 
@@ -53,9 +53,24 @@ class BatchPlan:
         return list(self.shape.key_columns)
 
     @property
-    def merge_floor(self) -> Position | None:
-        """The floor the MERGE statements apply (only a new one)."""
+    def carried(self) -> list[str]:
+        """The source columns the batch's events carry."""
+        return [c.name for c in self.shape.columns]
+
+    @property
+    def new_floor(self) -> Position | None:
+        """The floor the batch applies to the tables (only a new one)."""
         return self.floor if self.floor_moved else None
+
+    @property
+    def may_be_stale(self) -> bool:
+        """Whether some event of the batch may be older than its key's tombstone: only if
+        a tombstone is newer than the table's progress (a replay, or a re-run after a
+        crash). Every event of the batch is after the progress, and a tombstone at the
+        progress's own LSN is not after it: the batch that got there held every row of
+        that transaction."""
+        bounds = self.marks_bounds
+        return bounds is not None and bounds.newest_lsn > self.after[0]
 
     @cached_property
     def final(self) -> StructType:
@@ -100,16 +115,16 @@ def plan_batch(run: SilverContext, table: TableScan, before: TableProgress, upto
     marks = run.names.tombstones(shape.schema, shape.table)
     batch_fields = [StructField(c.name, spark_type(c), True) for c in shape.columns]
     silver_exists = not replace_tables and run.exists(silver)
-    target = (run.read(silver).schema if silver_exists
+    target = (run.schema(silver) if silver_exists
               else StructType(batch_fields + list(METADATA_FIELDS)))
-    marked = run.read(marks).schema if not replace_tables and run.exists(marks) else None
-    marks_oldest = oldest_commit_micros(marks) if marked is not None else None
+    marked = run.schema(marks) if not replace_tables and run.exists(marks) else None
+    bounds = tombstone_bounds(marks) if marked is not None else None
     toast = toast_columns(run, table, shape)
     plan = BatchPlan(
         table, shape, floor, floor is not None and floor != before.floor, silver, marks,
         batch_events(run, table, shape, before.position, upto, chunks.same_columns), toast,
         plan_schema(shape.qualified_name, target, batch_fields), target, silver_exists,
-        marked, marks_oldest, before.position, replace_tables)
+        marked, bounds, before.position, replace_tables)
     _check_keys(plan)
     if run.keeps_history(table.name):
         history_tables.tracked_columns(run, table, shape, plan.value_columns)

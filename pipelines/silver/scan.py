@@ -1,10 +1,11 @@
-"""What is new in bronze for silver: one aggregate per run.
+"""What is new in bronze for silver: a summary per table, read on the driver.
 
-Each table's new rows are those after its progress position. The scan reads bronze once
-for a per-table summary (newest shape, counts, newest position) that carries the control
-rows (truncates and backfill watermarks), which are few. When more rows are new
-than one batch may hold, it counts them per commit-LSN bucket and scans again up to the
-end of the first slice (slicing.py).
+Each table's new rows are those after its progress position. The scan summarizes them
+per table (newest shape, counts, newest position) with the control rows (truncates and
+backfill watermarks), which are few, from bronze's files with no Spark job
+(bronze_summary.py). When more rows are new than one batch may hold, it counts them per
+commit-LSN bucket with the engine and scans again up to the end of the first slice
+(slicing.py).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Callable, Collection, Iterable, Sequence
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.bronze.schema import (
-    OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
+from pipelines.bronze.schema import OP_MESSAGE, OP_TRUNCATE, WATERMARK_PREFIX
 from pipelines.errors import DataError
+from pipelines.lake import TableLocation
 from pipelines.position_columns import is_after, is_before_position
 from pipelines.positions import Position
+from pipelines.silver.bronze_summary import TableSummary, summarize
 from pipelines.silver.events import shape_from_row
 from pipelines.silver.progress import Progress
 from pipelines.silver.resync import resync_floor
@@ -57,6 +59,7 @@ class TableScan:
     unchanged: frozenset[str] = frozenset()  # columns some update left unchanged (TOAST)
     windows: list[ChunkWindow] = field(default_factory=list)
     window_error: str | None = None
+    files: tuple[str, ...] = ()  # bronze's data files that hold its new rows
 
     @property
     def has_work(self) -> bool:
@@ -116,106 +119,78 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
     return rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), lsn, index))
 
 
-def scan_bronze(changes: DataFrame, bounds: dict[str, Position], default: Position,
-                scope: Iterable[str] | None,
+def scan_bronze(bronze: TableLocation, changes: DataFrame, bounds: dict[str, Position],
+                default: Position, scope: Iterable[str] | None,
                 older_watermarks: Callable[[], Iterable[LandedWatermark]],
                 max_rows: int | None = None, until: Position | None = None,
                 excluded: Collection[str] = (),
                 generation_starts: Sequence[int] = ()) -> BronzeScan:
-    """Summarize the new rows per table, up to `until` (one action, plus one when a
+    """Summarize the new rows per table, up to `until` (no Spark job; one action when a
     chunk's low watermark is older than the new rows); `excluded` tables are left out.
+    `bronze` is bronze/changes, which `changes` reads with the engine.
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
-    them per bucket of commit LSNs (one more action, more for a dense burst) and returns
+    them per bucket of commit LSNs (one action, more for a dense burst) and returns
     the first slice's scan. A resync that ends among the new rows sets its table's floor
     (resync.py; one more action); `generation_starts`: the lake LSNs where slot
     generations start (pipelines.bronze.generations).
     """
     older_watermarks = cache(older_watermarks)
-    rows = new_rows(changes, bounds, default, scope, until, excluded)
-    summary = _summarize(rows)
+    summary = summarize(bronze, bounds, default, scope, until, excluded)
     if not summary:
         return BronzeScan(None, None, {})
-    upto = max((r.top.commit_lsn, r.top.change_index) for r in summary)
-    newest = [r.newest for r in summary if r.newest is not None]
+    upto = max(s.top for s in summary)
+    newest = [s.newest_micros for s in summary if s.newest_micros is not None]
     tables = _table_scans(summary)
     marks = _add_controls(tables, summary)
     _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
     if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
-        end = first_slice_end(rows, min(r.first for r in summary), upto[0],
+        rows = new_rows(changes, bounds, default, scope, until, excluded)
+        end = first_slice_end(rows, min(s.first for s in summary), upto[0],
                               [(w.high, w.rows or 0) for t in tables.values()
                                for w in t.windows], max_rows)
         if end is not None:
-            return replace(scan_bronze(changes, bounds, default, scope, older_watermarks,
-                                       until=end, excluded=excluded,
+            return replace(scan_bronze(bronze, changes, bounds, default, scope,
+                                       older_watermarks, until=end, excluded=excluded,
                                        generation_starts=generation_starts), sliced=True)
     _add_resync_floors(tables, marks, changes, bounds, default, scope, older_watermarks,
                        excluded, generation_starts)
     return BronzeScan(upto, max(newest) if newest else None, tables)
 
 
-def _summarize(rows: DataFrame) -> list[Row]:
-    """One action: per table, its newest shape, its row changes by kind, whether some
-    update moved a key or left a column unchanged, its newest and first positions and
-    newest commit time, and its control rows (truncates; backfill watermarks are
-    messages: the group with a null table), which are few."""
-    position = F.struct("commit_lsn", "change_index")
-    shaped = F.size(F.coalesce(F.col("columns"), F.array())) > 0
-    control = (F.col("op") == OP_TRUNCATE) | (
-        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX))
-    return rows.groupBy("schema_name", "table_name").agg(
-        F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
-                 F.when(shaped & (F.col("op") != OP_MESSAGE), position)).alias("shape"),
-        *(F.count(F.when(F.col("op") == op, F.lit(1))).alias(op)
-          for op in (OP_INSERT, OP_UPDATE, OP_DELETE)),
-        F.max(F.when((F.col("op") == OP_UPDATE) & F.col("old_values").isNotNull(),
-                     F.lit(1))).alias("moved"),
-        F.array_distinct(F.flatten(F.collect_set(F.when(
-            F.size(F.coalesce(F.col("unchanged_toast"), F.array())) > 0,
-            F.col("unchanged_toast"))))).alias("unchanged"),
-        F.max(position).alias("top"), F.max(F.unix_micros("commit_ts")).alias("newest"),
-        F.min("commit_lsn").alias("first"),
-        F.collect_list(F.when(control, F.struct(
-            "op", "commit_lsn", "change_index",
-            F.unix_micros("commit_ts").alias("commit_micros"),
-            "message_content"))).alias("controls"),
-    ).collect()
-
-
-def _table_scans(summary: Sequence[Row]) -> dict[str, TableScan]:
+def _table_scans(summary: Sequence[TableSummary]) -> dict[str, TableScan]:
     """Each summarized table's scan: its counts, flags and shape (or why it has none)."""
     tables: dict[str, TableScan] = {}
-    for r in summary:
-        if r.schema_name is None:
+    for s in summary:
+        if s.schema_name is None:
             continue
-        scan = _table_scan(tables, f"{r.schema_name}.{r.table_name}")
-        scan.inserts, scan.updates, scan.deletes = r[OP_INSERT], r[OP_UPDATE], r[OP_DELETE]
-        scan.moved = bool(r.moved)
-        scan.unchanged = frozenset(r.unchanged or ())
-        if r.shape is not None:
+        scan = _table_scan(tables, f"{s.schema_name}.{s.table_name}")
+        scan.inserts, scan.updates, scan.deletes = s.inserts, s.updates, s.deletes
+        scan.moved = s.moved
+        scan.unchanged = frozenset(s.unchanged)
+        scan.files = tuple(s.files)
+        if s.shape is not None:
             try:
-                scan.shape = shape_from_row(r.schema_name, r.table_name, r.shape)
+                scan.shape = shape_from_row(s.schema_name, s.table_name, s.shape)
             except DataError as exc:
                 scan.shape_error = str(exc)
     return tables
 
 
-def _add_controls(tables: dict[str, TableScan], summary: Sequence[Row]
+def _add_controls(tables: dict[str, TableScan], summary: Sequence[TableSummary]
                   ) -> list[LandedWatermark]:
     """Record the summary's truncates on their tables' scans, and return the backfill
     watermarks among its control rows, in bronze order."""
     marks: list[LandedWatermark] = []
-    control = sorted(((r.schema_name, r.table_name, c) for r in summary
-                      for c in r.controls or ()),
-                     key=lambda t: (t[2].commit_lsn, t[2].change_index))
+    control = sorted(((s.schema_name, s.table_name, c) for s in summary for c in s.controls),
+                     key=lambda t: t[2].position)
     for schema, table, c in control:
-        position = (c.commit_lsn, c.change_index)
         if c.op == OP_TRUNCATE:
             scan = _table_scan(tables, f"{schema}.{table}")
-            scan.truncate = max(scan.truncate or position, position)
-            scan.closings.append(Closing(position, c.commit_micros, position))
+            scan.truncate = max(scan.truncate or c.position, c.position)
+            scan.closings.append(Closing(c.position, c.commit_micros, c.position))
         else:
-            marks.append(parse_watermark(bytes(c.message_content), position,
+            marks.append(parse_watermark(bytes(c.content), c.position,
                                          utc_from_micros(c.commit_micros)))
     return marks
 

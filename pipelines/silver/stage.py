@@ -2,10 +2,11 @@
 
 text events -> unchanged TOAST filled -> newest event per key above the truncate floor ->
 typed and cast to silver's final schema (values that cannot be typed kept aside) ->
-a moved row's columns filled from its old key's row -> stale events marked -> staged
-(Parquet) -> checked, in one aggregate that also finds whether the tombstones change.
+a moved row's columns filled from its old key's row -> stale events marked (only when a
+tombstone may be newer: BatchPlan.may_be_stale) -> staged (Parquet) -> checked, in one
+action that also finds the batch's key range and whether some event deletes a key.
 With history, every event is typed and staged first (history needs them all; silver
-takes the newest per key from them).
+takes the newest per key from them), and the check reads every event.
 
 Staged once: the check and every MERGE statement read plain files instead of re-running
 the batch's plan, and see the same events (on Sail a MERGE whose source is itself a join
@@ -20,13 +21,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.silver.batch import filled_events, latest_events, newest_events
-from pipelines.silver.events import col, value_columns
-from pipelines.silver.merge import REVIVES, mark_stale_events
+from pipelines.silver.events import DELETE, OP, col, value_columns
+from pipelines.silver.key_ranges import ranged_totals
+from pipelines.silver.merge import STALE, mark_stale_events
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.tables import SilverContext, stage_every, stage_newest
 from pipelines.silver.toast import fill_from_old_key_rows
 from pipelines.silver.types import (
-    check_failures, failure_aggregates, failures_in, failures_of, typed_columns,
+    check_failures, failure_aggregates, failures_in, typed_columns,
     with_failed_texts)
 
 
@@ -37,7 +39,8 @@ class StagedBatch:
 
     newest: DataFrame
     every: DataFrame | None = None
-    marks_change: bool = True  # some event deletes a key or revives a deleted one
+    deletes: bool = True  # some event that is not stale deletes a key
+    key_range: str | None = None  # where its keys are (key_ranges.key_range)
 
 
 def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
@@ -48,35 +51,39 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
     if run.keeps_history(scan.name):
         every = stage_every(run, _typed(plan, filled_events(plan.events, shape, plan.toast,
                                                             scan.moved)), shape)
-        check_failures(shape, failures_of(every, shape.columns))
         source = newest_events(every, shape, plan.floor)
     else:
         source = _typed(plan, latest_events(plan.events, shape, plan.floor, plan.toast,
                                             moved_rows=scan.moved))
     if scan.moved and plan.silver_exists:
         source = _filled_from_old_keys(run, plan, source)
-    # no tombstone: nothing to read (a classic Spark driver pays jobs for each snapshot)
-    marks = run.read(plan.marks) if plan.marks_oldest is not None else None
+    # a run that goes forward reads no tombstone (each is a toll on a classic driver)
+    marks = run.read(plan.marks) if plan.may_be_stale else None
     newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape)
-    deletes = bool(scan.deletes or scan.moved)  # bronze deletes, or a key change's old key
-    revives = _check(newest, plan, checked=every is None,  # else checked above, every event
-                     count_revives=marks is not None and not deletes)
-    return StagedBatch(newest, every, deletes or revives)
+    return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 
 
-def _check(newest: DataFrame, plan: BatchPlan, checked: bool, count_revives: bool) -> bool:
-    """One aggregate over the staged events (none when nothing is asked): stop the table
-    (DataError) on values that cannot be typed, if `checked`; whether some upsert revives
-    a deleted key, if `count_revives` (else False)."""
-    columns = plan.shape.columns if checked else ()
-    aggregates = failure_aggregates(columns)
-    if count_revives:
-        aggregates.append(F.count(F.when(F.col(REVIVES), 1)).alias(REVIVES))
-    if not aggregates:
-        return False
-    row = newest.agg(*aggregates).collect()[0]
-    check_failures(plan.shape, failures_in(row, columns))
-    return count_revives and row[REVIVES] > 0
+def _checked(newest: DataFrame, every: DataFrame | None, plan: BatchPlan,
+             deletes: bool) -> StagedBatch:
+    """The staged batch, after one action over its events (every event when the table
+    keeps history, else the newest per key) that stops the table (DataError) on values
+    that cannot be typed and finds the batch's key range (for a MERGE into an existing
+    table; every event's keys hold the newest ones'). Over the newest events it also
+    says whether one that is not stale deletes a key, if the bronze rows have deletes
+    (`deletes`); with history the deletes are appended as they come (maybe none)."""
+    columns = plan.shape.columns
+    totals = failure_aggregates(columns)
+    counted = deletes and every is None
+    if counted:
+        totals[DELETES] = F.count(F.when((F.col(OP) == DELETE) & ~F.col(STALE), 1))
+    ranged = ranged_totals(newest if every is None else every,
+                           plan.keys if plan.silver_exists else (), totals)
+    check_failures(plan.shape, failures_in(ranged.totals, columns))
+    found = (ranged.totals[DELETES] or 0) > 0 if counted else deletes
+    return StagedBatch(newest, every, found, ranged.key_range)
+
+
+DELETES = "_cdc_deletes"
 
 
 def _typed(plan: BatchPlan, events: DataFrame) -> DataFrame:

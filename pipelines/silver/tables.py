@@ -1,5 +1,6 @@
 """The table edge of a silver run: what every table's batch shares, and the few ways a
-batch touches a Delta table other than by MERGE (create, evolve, truncate, stage).
+batch touches a Delta table other than by its MERGE (create, append, evolve, delete
+where, stage).
 
 Silver, tombstone and history tables are read, created and merged into through their
 TableRef (pipelines.catalog): a Delta path locally, a Unity Catalog table on
@@ -8,30 +9,38 @@ Databricks; the statements are the same.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
+from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.catalog import (
-    TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists)
+    TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists,
+    table_schema)
 from pipelines.lake import Lake, TableLocation
 from pipelines.positions import Position
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, XID, col
 from pipelines.silver.evolution import SchemaPlan
 from pipelines.silver.maintenance import Maintenance
-from pipelines.silver.merge import add_columns_merge_sql, floor_merge_sql
+from pipelines.silver.merge import add_columns_merge_sql, at_or_below, delete_where_sql
 from pipelines.silver.table_shape import TableShape
+from pipelines.spark_jobs import is_classic
 
 METADATA_FIELDS = (StructField(LSN, LongType()), StructField(CHANGE_INDEX, LongType()),
                    StructField(COMMIT_TS, TimestampType()))
-SOURCE_VIEW = "_lakehouse_silver_events"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
+# A session-wide setting: a run's tables, applied at once, take turns with it.
+_AUTO_MERGE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -42,10 +51,15 @@ class SilverContext:
     lake: Lake
     maintenance: Maintenance
     retention: timedelta
-    changes: DataFrame
     names: TableNames
     generation_starts: Sequence[int] = ()  # pipelines.bronze.generations
     history: Callable[[str], tuple[str, ...] | None] | None = None  # table -> tracked columns
+
+    @cached_property
+    def changes(self) -> DataFrame:
+        """bronze/changes as a Delta table, read only by the steps that need all of it
+        (a classic driver builds the table's snapshot in a Spark job of its own)."""
+        return read_table(self.spark, TableRef(path=self.lake.bronze_changes))
 
     def keeps_history(self, table: str) -> bool:
         """Whether schema.table has a history table (silver.history)."""
@@ -59,10 +73,52 @@ class SilverContext:
         """The table's current version."""
         return read_table(self.spark, table)
 
-    def merge(self, statement: str, source: DataFrame) -> None:
-        """Run a MERGE statement whose source is `source` (as SOURCE_VIEW)."""
-        source.createOrReplaceTempView(SOURCE_VIEW)
-        self.spark.sql(statement).collect()
+    def bronze_files(self, files: Sequence[str]) -> DataFrame:
+        """These data files of bronze/changes (the scan's: a table's new rows), read as
+        Parquet: bronze has no partitions and no deletion vectors, so its files are its
+        rows, and the engine builds no Delta snapshot of a table another writer commits
+        to every second."""
+        schema = from_arrow_schema(CHANGES_SCHEMA)
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*files)
+
+    def schema(self, table: TableRef) -> StructType:
+        """The table's current schema (from its log for a path: no Spark job)."""
+        return table_schema(self.spark, table)
+
+    def modify(self, target: TableRef, statement: Callable[[str | None], str]) -> None:
+        """Run the DELETE or UPDATE `statement` writes (merge.delete_where_sql,
+        update_where_sql): given None, Delta's own statement, which classic Spark and
+        Databricks run; given a view name, its MERGE form, with an empty relation of the
+        target as that view, for Spark Connect, whose server may be Sail's (neither
+        statement for Delta tables: docs/architecture.md, rule 15)."""
+        if is_classic(self.spark):
+            self.spark.sql(statement(None)).collect()
+        else:
+            self.merge(target, statement, self.read(target).limit(0))
+
+    def merge(self, target: TableRef, statement: Callable[[str], str],
+              source: DataFrame) -> None:
+        """Run the MERGE statement into `target` that `statement` writes for a source
+        view name, with `source` as that view (source_view)."""
+        self.query(target, statement, source).collect()
+
+    def query(self, target: TableRef, select: Callable[[str], str],
+              source: DataFrame) -> DataFrame:
+        """The SQL `select` writes for a source view name, over `source` as that view,
+        to be used before the next statement into `target` replaces the view (a Spark
+        Connect plan names the view until it runs)."""
+        view = source_view(target)
+        source.createOrReplaceTempView(view)
+        return self.spark.sql(select(view))
+
+
+def source_view(target: TableRef) -> str:
+    """The temporary view a statement into `target` reads its source from: one per
+    target, so that the tables of a run, applied at once (silver.parallel_tables), never
+    replace each other's, and a target's next batch replaces its own."""
+    return f"_lakehouse_source_{hashlib.sha1(target.sql.encode()).hexdigest()[:16]}"
 
 
 def tombstones_path(lake: Lake, schema: str, table: str) -> TableLocation:
@@ -71,15 +127,24 @@ def tombstones_path(lake: Lake, schema: str, table: str) -> TableLocation:
 
 
 def create_table(run: SilverContext, table: TableRef, schema: StructType,
-                 replace_table: bool) -> None:
-    """Create an empty Delta table (or replace one, for a rebuild), with the table
-    properties of silver's layout (deletion vectors: Maintenance.table_options)."""
+                 replace_table: bool, rows: DataFrame | None = None) -> None:
+    """Create a Delta table (or replace one, for a rebuild) holding `rows` (cast to
+    `schema`; none: empty), with the table properties of silver's layout (deletion
+    vectors: Maintenance.table_options)."""
     ensure_schema(run.spark, table)
-    writer = (run.spark.createDataFrame([], schema).write.format("delta")
-              .options(**run.maintenance.table_options()))
+    if rows is None:
+        rows = run.spark.createDataFrame([], schema)
+    else:
+        rows = rows.select(*(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+    writer = rows.write.format("delta").options(**run.maintenance.table_options())
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)
+
+
+def append(table: TableRef, rows: DataFrame) -> None:
+    """Append `rows` (of the table's schema) to an existing Delta table."""
+    save_table(rows.write.format("delta").mode("append"), table)
 
 
 def evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
@@ -94,7 +159,7 @@ def evolve(run: SilverContext, table: TableRef, target: StructType, plan: Schema
     if plan.new:
         empty = run.spark.createDataFrame([], plan.final_schema(target))
         with _auto_merge(run.spark):
-            run.merge(add_columns_merge_sql(table.sql, SOURCE_VIEW), empty)
+            run.merge(table, lambda view: add_columns_merge_sql(table.sql, view), empty)
 
 
 @contextmanager
@@ -102,38 +167,61 @@ def _auto_merge(spark: SparkSession) -> Iterator[None]:
     """Delta's autoMerge for one statement. delta-spark 4.0 ignores MERGE's WITH SCHEMA
     EVOLUTION clause and evolves a schema only with this setting; Sail honours only the
     clause (docs/architecture.md, rule 3): the statement carries both."""
-    before = spark.conf.get(AUTO_MERGE, None)
-    spark.conf.set(AUTO_MERGE, "true")
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(AUTO_MERGE)
-        else:
-            spark.conf.set(AUTO_MERGE, before)
+    with _AUTO_MERGE_LOCK:
+        before = spark.conf.get(AUTO_MERGE, None)
+        spark.conf.set(AUTO_MERGE, "true")
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(AUTO_MERGE)
+            else:
+                spark.conf.set(AUTO_MERGE, before)
 
 
 def truncate(run: SilverContext, target: TableRef, floor: Position) -> None:
     """Delete every row of the table at or below a truncate's floor (if it exists)."""
     if run.exists(target):
-        run.merge(floor_merge_sql(target.sql, SOURCE_VIEW, floor), run.read(target).limit(0))
+        delete_where(run, target, at_or_below(floor))
 
 
-def oldest_commit_micros(table: TableRef) -> int | None:
-    """A lower bound of the commit times of the table's rows (Unix microseconds), from
-    its log's file statistics alone, with no Spark job: None when the table holds no
-    file; 0 when the statistics do not say, or for a catalog table (delta-rs opens
-    paths)."""
-    if table.path is None:
-        return 0
+def delete_where(run: SilverContext, target: TableRef, condition: str) -> None:
+    """Delete the rows of an existing table that meet `condition` (SQL on `t`)."""
+    run.modify(target, lambda view: delete_where_sql(target.sql, condition, view))
+
+
+@dataclass(frozen=True)
+class MarkBounds:
+    """What a tombstone table's log says of its rows, from its files' statistics alone
+    (no Spark job): bounds, not values."""
+
+    oldest_micros: int  # no commit time is older (Unix microseconds; 0: unknown)
+    newest_lsn: int  # no position's LSN is higher (UNKNOWN_LSN: unknown)
+
+
+UNKNOWN_LSN = 2 ** 63 - 1
+
+
+def tombstone_bounds(table: TableRef) -> MarkBounds | None:
+    """The bounds of a tombstone table's rows (always a lake path); None when it holds
+    no file."""
+    assert table.path is not None, "tombstones live at lake paths on every engine"
     actions = pa.table(table.path.open().get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return None
-    least = f"min.{COMMIT_TS}"
-    if least not in actions.column_names or actions.column(least).null_count:
-        return 0
-    column = actions.column(least)
-    return pc.min(column.cast(pa.timestamp("us", column.type.tz))).cast(pa.int64()).as_py()
+    return MarkBounds(_bound(actions, f"min.{COMMIT_TS}", pc.min, 0),
+                      _bound(actions, f"max.{LSN}", pc.max, UNKNOWN_LSN))
+
+
+def _bound(actions: pa.Table, column: str, pick: Callable, unknown: int) -> int:
+    """`pick` of a statistics column over the files, as an integer; `unknown` when a
+    file does not say."""
+    if column not in actions.column_names or actions.column(column).null_count:
+        return unknown
+    values = actions.column(column)
+    if pa.types.is_timestamp(values.type):
+        values = values.cast(pa.timestamp("us", values.type.tz))
+    return pick(values).cast(pa.int64()).as_py()
 
 
 def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:

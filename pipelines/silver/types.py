@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
@@ -296,18 +296,20 @@ def failures_of(df: DataFrame, columns: Sequence[SourceColumn]) -> list[CastFail
     aggregates = failure_aggregates(columns)
     if not aggregates:
         return []
-    return failures_in(df.agg(*aggregates).collect()[0], columns)
+    return failures_in(df.agg(*(c.alias(n) for n, c in aggregates.items())).collect()[0],
+                       columns)
 
 
-def failure_aggregates(columns: Sequence[SourceColumn]) -> list[Column]:
-    """The aggregates failures_in reads, over the columns `with_failed_texts` added: a
-    caller may compute them in an aggregate of its own."""
+def failure_aggregates(columns: Sequence[SourceColumn]) -> dict[str, Column]:
+    """The aggregates failures_in reads (by name), over the columns `with_failed_texts`
+    added: a caller may compute them in an action of its own."""
     failed = [F.col(f"{FAILED}{i}") for i in range(len(_checked(columns)))]
-    return [*(F.count(f).alias(f"n{i}") for i, f in enumerate(failed)),
-            *(F.min(f).alias(f"e{i}") for i, f in enumerate(failed))]
+    return {**{f"n{i}": F.count(f) for i, f in enumerate(failed)},
+            **{f"e{i}": F.min(f) for i, f in enumerate(failed)}}
 
 
-def failures_in(row: Row, columns: Sequence[SourceColumn]) -> list[CastFailure]:
+def failures_in(row: Mapping[str, Any] | Row, columns: Sequence[SourceColumn]
+                ) -> list[CastFailure]:
     """The failures in a row of failure_aggregates."""
     return [CastFailure(column, row[f"n{i}"], row[f"e{i}"])
             for i, column in enumerate(_checked(columns)) if row[f"n{i}"]]

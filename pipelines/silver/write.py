@@ -1,9 +1,12 @@
-"""Write a staged batch: create or evolve the tables (DDL), MERGE into silver and then
-into its tombstones (when the batch deletes a key, revives one, truncates or expires
-tombstones: a MERGE costs a classic Spark driver about ten jobs), then the history table.
+"""Write a staged batch: evolve the tables (DDL), apply a new truncate floor, then write
+silver (a new table by a plain write of its first batch, an existing one by MERGE),
+append the batch's deletes to its tombstones, expire old tombstones, and write the
+history table.
 
-Every statement reads the staged events (pipelines.silver.stage) within the batch's key
-ranges (merge.key_range), so the engines can skip the files the batch cannot touch.
+The MERGE reads the staged events (pipelines.silver.stage) within the batch's key ranges
+(pipelines.silver.key_ranges), so the engines can skip the files the batch cannot touch. On
+a classic Spark driver a MERGE costs about ten jobs and a write one or two: the
+tombstones are a log of deletes, appended to, and a new table's first batch is written.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -20,11 +24,11 @@ from pipelines.silver import history_tables
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, col
 from pipelines.silver.evolution import SchemaPlan
 from pipelines.silver.merge import (
-    REVIVES, STALE, key_range, silver_merge_sql, tombstone_merge_sql)
+    STALE, at_or_below, committed_before, insert_select_sql, silver_merge_sql)
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
-    METADATA_FIELDS, SOURCE_VIEW, SilverContext, create_table, evolve)
+    METADATA_FIELDS, SilverContext, append, create_table, delete_where, evolve)
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +48,19 @@ class Applied:
 def write_batch(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
                 newest_commit_micros: int | None) -> Applied:
     """Apply the staged batch to silver, its tombstones and its history table."""
-    _prepare_tables(run, plan)
-    keys, carried = plan.keys, [c.name for c in plan.shape.columns]
-    bounds = key_range(staged.newest, keys)
+    _evolve_tables(run, plan)
+    _apply_floor(run, plan)
     fresh = staged.newest.filter(~F.col(STALE)).select(
-        *(col(n) for n in [*carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED]))
-    run.merge(silver_merge_sql(plan.silver.sql, SOURCE_VIEW, keys, plan.final.names, carried,
-                               plan.merge_floor, plan.toast, bounds), fresh)
+        *(col(n) for n in [*plan.carried, LSN, CHANGE_INDEX, COMMIT_TS, OP, UNCHANGED]))
+    _write_silver(run, plan, staged, fresh)
+    _write_marks(run, plan, fresh if staged.deletes else None)
     expire = _expiry_horizon(run, plan, newest_commit_micros)
-    if staged.marks_change or plan.merge_floor is not None or expire is not None:
-        # only deletes and revived keys change a tombstone: the others need not be joined
-        marking = staged.newest.filter((F.col(OP) == DELETE) | F.col(REVIVES))
-        run.merge(tombstone_merge_sql(plan.marks.sql, SOURCE_VIEW, keys, plan.merge_floor,
-                                      expire, bounds),
-                  marking.select(*(col(k) for k in keys), LSN, CHANGE_INDEX, COMMIT_TS, OP))
-    if staged.every is not None:
+    if expire is not None:
+        delete_where(run, plan.marks, committed_before(expire))
+    if staged.every is not None:  # its key range is every event's (stage._checked)
         history_tables.apply(run, plan.scan, plan.shape, staged.every, plan.after, plan.final,
-                             plan.old_key(), plan.toast, plan.replace_tables)
+                             plan.old_key(), plan.toast, plan.replace_tables,
+                             staged.key_range)
     run.maintenance.register(run.spark, plan.shape.schema, plan.shape.table, plan.silver)
     added, widened = plan.schema.new, plan.schema.widen
     if added or widened:
@@ -69,30 +69,71 @@ def write_batch(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
     return Applied(plan.floor, tuple(f.name for f in added), tuple(sorted(widened)))
 
 
-def _prepare_tables(run: SilverContext, plan: BatchPlan) -> None:
-    """Create silver and its tombstones, or evolve them to the batch's schema."""
+def _write_silver(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
+                  fresh: DataFrame) -> None:
+    """MERGE the batch into silver; a new (or replaced) table takes its upserts by a
+    plain write instead, which is what the MERGE would insert into an empty table."""
+    keys, columns = plan.keys, plan.final.names
+    if plan.silver_exists:
+        run.maintenance.prepare(run.spark, plan.silver, keys)  # before the MERGE writes
+        run.merge(plan.silver, lambda view: silver_merge_sql(
+            plan.silver.sql, view, keys, columns, plan.carried, plan.toast, staged.key_range),
+            fresh)
+    else:
+        rows = run.query(plan.silver, lambda view: insert_select_sql(
+            view, keys, columns, plan.carried, plan.toast), fresh)
+        create_table(run, plan.silver, plan.final, plan.replace_tables, rows)
+        run.maintenance.prepare(run.spark, plan.silver, keys)
+
+
+def _apply_floor(run: SilverContext, plan: BatchPlan) -> None:
+    """Delete what a new truncate floor removes from the existing tables, before the
+    batch's own rows (all above it) are written."""
+    if plan.new_floor is None:
+        return
+    existing = [t for t, exists in ((plan.silver, plan.silver_exists),
+                                    (plan.marks, plan.marked is not None)) if exists]
+    for target in existing:
+        delete_where(run, target, at_or_below(plan.new_floor))
+
+
+def _write_marks(run: SilverContext, plan: BatchPlan, fresh: DataFrame | None) -> None:
+    """Append the batch's deletes (in `fresh`; None: it has none) to the tombstones, or
+    create the table with them."""
+    schema = _marks_schema(plan)
+    deleted = None if fresh is None else fresh.filter(F.col(OP) == DELETE).select(
+        *(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+    if plan.marked is None:
+        create_table(run, plan.marks, schema, plan.replace_tables, deleted)
+    elif deleted is not None:
+        append(plan.marks, deleted)
+    run.maintenance.prepare(run.spark, plan.marks, plan.keys)
+
+
+def _evolve_tables(run: SilverContext, plan: BatchPlan) -> None:
+    """Evolve silver and its tombstones to the batch's schema, where they exist (the
+    batch's first write creates the others)."""
     if plan.silver_exists:
         evolve(run, plan.silver, plan.target, plan.schema)
-    else:
-        create_table(run, plan.silver, plan.target, plan.replace_tables)
-    keys, types = plan.keys, plan.types
     if plan.marked is not None:
+        keys = plan.keys
         evolve(run, plan.marks, plan.marked,
                SchemaPlan(widen={k: v for k, v in plan.schema.widen.items() if k in keys}))
-    else:
-        create_table(run, plan.marks, StructType([StructField(k, types[k], True) for k in keys]
-                                                  + list(METADATA_FIELDS)),
-                     plan.replace_tables)
-    for target in (plan.silver, plan.marks):
-        run.maintenance.prepare(run.spark, target, keys)
+
+
+def _marks_schema(plan: BatchPlan) -> StructType:
+    """A tombstone table's columns: the key, and the delete's position and commit time."""
+    types = plan.types
+    return StructType([StructField(k, types[k], True) for k in plan.keys]
+                      + list(METADATA_FIELDS))
 
 
 def _expiry_horizon(run: SilverContext, plan: BatchPlan,
                     newest_commit_micros: int | None) -> int | None:
     """The retention horizon when this run should expire the table's tombstones, else None.
 
-    Expiring makes the tombstone MERGE visit every row of the table (NOT MATCHED BY
-    SOURCE), which no key range can narrow: once per EXPIRE_EVERY of bronze time in a
+    Expiring visits every tombstone of the table (no key range narrows it): once per
+    EXPIRE_EVERY of bronze time in a
     process (and in its first run) is enough for a retention counted in hours, and only
     when the log's statistics say some tombstone is older than the horizon.
     """
@@ -104,7 +145,7 @@ def _expiry_horizon(run: SilverContext, plan: BatchPlan,
     if last is not None and newest_commit_micros - last < every:
         return None
     horizon = newest_commit_micros - run.retention // timedelta(microseconds=1)
-    if plan.marks_oldest is None or plan.marks_oldest >= horizon:
+    if plan.marks_bounds is None or plan.marks_bounds.oldest_micros >= horizon:
         return None
     _expired_at[marks.sql] = newest_commit_micros
     return horizon

@@ -29,12 +29,13 @@ from pyspark.sql import functions as F
 from pipelines.backfill.source_tables import table_shape
 from pipelines.backfill.chunk import (
     FIRST_CHUNK_ROWS, chunk_statement, copy_out, next_chunk_rows, parse_csv, row_key)
-from pipelines.bronze.schema import WATERMARK_PREFIX
-from pipelines.catalog import TableNames, TableRef, read_table, table_exists
+from pipelines.bronze.schema import OP_MESSAGE
+from pipelines.catalog import TableNames, read_table, table_exists
 from pipelines.config import Config, configured_tables
 from pipelines.lake import Lake
 from pipelines.names import split_table
-from pipelines.position_columns import is_after_position
+from pipelines.silver.bronze_summary import summarize
+from pipelines.silver.chunk_windows import parse_watermark
 from pipelines.silver.history import IS_CURRENT
 from pipelines.silver.progress import read_progress
 from pipelines.silver.table_shape import SourceColumn
@@ -106,28 +107,24 @@ def pending_changes(conn: psycopg.Connection, config: Config, upto: str) -> int:
         (config.source.slot, upto, config.source.publication)).fetchone()[0]
 
 
-def check_silver_current(config: Config, spark: SparkSession, tables: Sequence[str]) -> None:
+def check_silver_current(config: Config, tables: Sequence[str]) -> None:
     """Silver must have applied every bronze row of these tables (changes, and backfill
-    watermarks naming them), or the comparison would show stale rows."""
+    watermarks naming them), or the comparison would show stale rows. Read as silver's
+    scan reads bronze (bronze_summary: the log's statistics and pyarrow, no Spark job)."""
     lake = Lake.from_config(config)
     if not lake.bronze_changes.exists():
         raise NotCaughtUp("bronze is empty: run `lakehouse ingest` (and a backfill) first")
-    path = lake.silver_progress
-    progress = read_progress(path)
-    changes = read_table(spark, TableRef(path=lake.bronze_changes))
-    watermark_table = F.get_json_object(F.col("message_content").cast("string"), "$.table")
-    row_table = F.when(F.col("table_name").isNotNull(),
-                       F.concat_ws(".", F.col("schema_name"), F.col("table_name")))
-    behind = None
-    for table in tables:
-        after = is_after_position(F.col("commit_lsn"), F.col("change_index"),
-                                  progress.of(table).position)
-        mine = (row_table == table) | (
-            (F.col("message_prefix") == WATERMARK_PREFIX) & (watermark_table == table))
-        condition = after & mine
-        behind = condition if behind is None else behind | condition
-    stale = [r[0] for r in changes.where(behind).select(
-        F.coalesce(row_table, watermark_table)).distinct().limit(20).collect()]
+    progress = read_progress(lake.silver_progress)
+    bounds = {table: progress.of(table).position for table in tables}
+    stale = set()
+    for summary in summarize(lake.bronze_changes, bounds, progress.scanned, tables):
+        if summary.schema_name is not None:
+            stale.add(f"{summary.schema_name}.{summary.table_name}")
+        for control in summary.controls:
+            if control.op == OP_MESSAGE:
+                mark = parse_watermark(bytes(control.content), control.position)
+                if mark.table in bounds and control.position > bounds[mark.table]:
+                    stale.add(mark.table)
     if stale:
         raise NotCaughtUp(f"silver has not applied all of bronze for {', '.join(sorted(stale))}:"
                           " run `lakehouse silver` (or wait for the running silver job)")
@@ -191,9 +188,13 @@ def scratch_directory(config: Config) -> Iterator[Scratch]:
         lake.delete_tree(scratch.prefix)
 
 
-def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
-                columns: Sequence[str]) -> DataFrame:
-    """(kind, key) of every key that is missing, extra or different in silver."""
+KINDS = ("missing", "extra", "different")
+
+
+def compared(source: DataFrame, silver: DataFrame, keys: Sequence[str],
+             columns: Sequence[str]) -> DataFrame:
+    """Every key of either side, once: its kind (missing, extra, different, or null when
+    equal) and the key as text."""
     s, t = source.alias("s"), silver.alias("t")
     on = [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in keys]
     joined = s.join(t, on=on, how="full_outer")
@@ -207,7 +208,18 @@ def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
             .when(changed, F.lit("different")))
     key = F.concat_ws(", ", *(F.coalesce(F.col(f"s.`{k}`"), F.col(f"t.`{k}`")).cast("string")
                               for k in keys))
-    return joined.select(kind.alias("kind"), key.alias("key")).where(F.col("kind").isNotNull())
+    return joined.select(kind.alias("kind"), key.alias("key"))
+
+
+def differences(source: DataFrame, silver: DataFrame, keys: Sequence[str],
+                columns: Sequence[str]) -> DataFrame:
+    """(kind, key) of every key that is missing, extra or different in silver."""
+    return _found(compared(source, silver, keys, columns))
+
+
+def _found(keys: DataFrame) -> DataFrame:
+    """The keys of `compared` that differ."""
+    return keys.where(F.col("kind").isNotNull())
 
 
 def _all_null(alias: str, keys: Sequence[str]) -> Column:
@@ -230,7 +242,7 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
                                  else F.lit(None).alias(c) for c in names))
     else:
         silver = source.limit(0)
-    counts, examples = _tally(differences(source, silver, keys, names), sample)
+    rows, counts, examples = _tally(compared(source, silver, keys, names), sample)
     history = history_examples = None
     history_table = TableNames.from_config(config).history(*split_table(table))
     if config.silver.keeps_history(table) and table_exists(spark, history_table):
@@ -238,22 +250,24 @@ def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
         current = read_table(spark, history_table).filter(F.col(IS_CURRENT))
         current = current.select(*(F.col(f"`{c}`") if c in current.columns
                                    else F.lit(None).alias(c) for c in names))
-        history, history_examples = _tally(differences(silver, current, keys, names), sample)
-    source_rows, silver_rows = source.count(), silver.count()
-    return TableDiff(table, source_rows, silver_rows, counts, examples, history,
-                     history_examples or {})
+        _, history, history_examples = _tally(compared(silver, current, keys, names), sample)
+    return TableDiff(table, rows - counts.get("extra", 0), rows - counts.get("missing", 0),
+                     counts, examples, history, history_examples or {})
 
 
-def _tally(diff: DataFrame, sample: int) -> tuple[dict[str, int], dict[str, list[str]]]:
-    """Counts of each kind of difference, and the first `sample` keys of each."""
-    counts = {row["kind"]: row["count"] for row in diff.groupBy("kind").count().collect()}
+def _tally(keys: DataFrame, sample: int) -> tuple[int, dict[str, int], dict[str, list[str]]]:
+    """The keys of both sides, the count of each kind of difference found (one action),
+    and the first `sample` keys of each kind (a second action, only when there are some)."""
+    [found] = keys.agg(F.count(F.lit(1)).alias("rows"), *(
+        F.count(F.when(F.col("kind") == kind, True)).alias(kind) for kind in KINDS)).collect()
+    counts = {kind: found[kind] for kind in KINDS if found[kind]}
     examples: dict[str, list[str]] = {}
     if counts:
-        for row in diff.orderBy("kind", "key").limit(sample * 3).collect():
+        for row in _found(keys).orderBy("kind", "key").limit(sample * 3).collect():
             bucket = examples.setdefault(row["kind"], [])
             if len(bucket) < sample:
                 bucket.append(row["key"])
-    return counts, examples
+    return found["rows"], counts, examples
 
 
 def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None = None,
@@ -263,7 +277,7 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
     with connect(with_text_format(config.source.dsn)) as conn:
         scope = list(dict.fromkeys(configured_tables(config, tables)
                                    or resolve_tables(conn, "*")))
-        check_silver_current(config, spark, scope)
+        check_silver_current(config, scope)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         with scratch_directory(config) as scratch:
             return [compare_table(spark, conn, config, table, sample, scratch.child(f"{i:04d}"))

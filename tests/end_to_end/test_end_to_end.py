@@ -25,6 +25,7 @@ from tests.support.engines import CLASSIC_TEST_CONF
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]  # on Sail and on classic Spark
 
 
+@pytest.mark.long
 def test_short_demo_run_verifies_and_prints_reports(tmp_path, config_engine):
     workdir = tmp_path / "demo"
     workdir.parent.chmod(0o755)

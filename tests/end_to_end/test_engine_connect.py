@@ -37,6 +37,7 @@ def server(engine, tmp_path, token):
     server.stop()
 
 
+@pytest.mark.long
 def test_silver_gold_and_verify_run_on_a_spark_connect_server(source_dsn, tmp_path, server,
                                                               engine, token):
     seeded(source_dsn)

@@ -125,6 +125,7 @@ def pipeline(source_dsn: str, tmp_path: Path, config_engine: str) -> Config:
     return config
 
 
+@pytest.mark.long
 def test_history_as_of_a_snapshot_mid_way_is_that_snapshot(pipeline, spark, tmp_path):
     config, lake = pipeline, Lake.from_config(pipeline)
     writers = Writers(config.source.dsn, ROWS)

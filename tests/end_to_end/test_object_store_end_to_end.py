@@ -115,6 +115,7 @@ def assert_no_secret_in(outputs: list[str]) -> None:
             assert secret not in text
 
 
+@pytest.mark.long
 @pytest.mark.spark  # on Sail and on classic Spark with Delta Lake
 def test_the_pipeline_on_s3_survives_kills_and_verifies(source_dsn, tmp_path, s3, config_engine):
     lakehouse = run_pipeline_on_a_store(tmp_path, source_dsn, s3, config_engine, kills=2)

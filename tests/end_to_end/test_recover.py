@@ -161,6 +161,7 @@ def recover_and_converge(config: Config, spark, tmp_path: Path, seed: int) -> No
     assert "scheduled" not in status and "resync public.pairs: done" in status, status
 
 
+@pytest.mark.long
 def test_a_slot_dropped_under_load_is_detected_and_recovered_in_place(config, spark, tmp_path):
     run_silver(config, spark)
     with Workload(config.source.dsn, seed=1):

@@ -32,6 +32,7 @@ def cluster(tmp_path, s3):  # the store's credentials reach the workers' environ
         cluster.stop()
 
 
+@pytest.mark.long
 def test_silver_gold_and_verify_run_on_a_standalone_cluster(source_dsn, tmp_path, cluster, s3):
     seeded(source_dsn)
     lake_url = s3.new_lake()

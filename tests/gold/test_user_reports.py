@@ -16,7 +16,8 @@ from tests.support.demo import demo_lake
 from tests.support.engines import CLASSIC_TEST_CONF
 from tests.support.postgres import fresh_database
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+# one worker builds the module's lake for both tests
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.xdist_group("user_reports")]
 
 # Three reports, one reading another; each query's Postgres twin is the same text with
 # the silver schema as `public` (and the report it reads inlined).

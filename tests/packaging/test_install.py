@@ -29,7 +29,8 @@ from packaging.specifiers import SpecifierSet
 from pipelines.demo.run import DEMO_TABLES
 from tests.support.demo import change_after_snapshot, seeded
 
-pytestmark = [pytest.mark.install, pytest.mark.postgres]
+# one worker builds the wheel and its environments (module fixtures) for every test here
+pytestmark = [pytest.mark.install, pytest.mark.postgres, pytest.mark.xdist_group("install")]
 ROOT = Path(__file__).resolve().parents[2]
 CORE = {"deltalake", "obstore", "psycopg", "pyarrow", "numpy", "pyyaml", "rich",
         "prometheus-client", "python-json-logger", "sqlglot"}

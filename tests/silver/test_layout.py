@@ -13,7 +13,8 @@ from deltalake import DeltaTable
 
 from pipelines.lake import read_delta
 from pipelines.silver.job import run_silver
-from pipelines.silver.merge import key_range, silver_merge_sql
+from pipelines.silver.key_ranges import key_range
+from pipelines.silver.merge import silver_merge_sql
 from tests.support.bronze_builder import Table
 from tests.support.silver_changes import ITEMS, items
 

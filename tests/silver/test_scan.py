@@ -1,32 +1,39 @@
-"""scan_bronze: the per-table summary silver plans each table's batch from."""
+"""scan_bronze: the per-table summary silver plans each table's batch from, read from
+bronze's files on the driver (its engine frame is read only for slices and resyncs)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipelines.silver.scan import scan_bronze
-from tests.support.bronze_builder import Table, spark_frame
-
-pytestmark = pytest.mark.spark
+from tests.support.bronze_builder import BronzeLake, Table
 
 ITEMS = Table()
 MEMBERS = Table("public.members", ("project", "member", "role"), ("int4", "int4", "text"),
                 ("project", "member"))
 
 
-def scan(spark, rows, after=(0, 0)):
-    return scan_bronze(spark_frame(spark, rows), {}, after, None, lambda: [])
+@pytest.fixture
+def scan(tmp_path):
+    def summarized(rows, after=(0, 0), bounds=None, commits=1):
+        lake = BronzeLake(tmp_path / "lake")
+        for i in range(commits):  # the rows spread over files: their summaries add up
+            lake.append_changes(rows[i::commits])
+        return scan_bronze(lake.layout.bronze_changes, None, bounds or {}, after, None,
+                           lambda: [])
+    return summarized
 
 
-def test_summary_counts_positions_key_moves_and_unchanged_columns(spark):
-    result = scan(spark, [
+@pytest.mark.parametrize("commits", [1, 3])
+def test_summary_counts_positions_key_moves_and_unchanged_columns(scan, commits):
+    result = scan([
         ITEMS.insert(10, 0, id=1, name="a", doc="D1"),
         ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
         ITEMS.update(12, 0, id=5, name="a3", doc="x", old_key={"id": 1}),
         ITEMS.delete(13, 0, id=5),
         MEMBERS.insert(14, 0, project=1, member=1, role="owner"),
         MEMBERS.update(15, 0, project=1, member=1, role="dev"),
-    ])
+    ], commits=commits)
     assert result.upto == (15, 0)
     items, members = result.tables["public.items"], result.tables["public.members"]
     assert (items.inserts, items.updates, items.deletes, items.moved) == (1, 2, 1, True)
@@ -35,8 +42,48 @@ def test_summary_counts_positions_key_moves_and_unchanged_columns(spark):
     assert members.unchanged == frozenset()  # its batch skips the TOAST fill
 
 
-def test_only_new_rows_count(spark):
-    result = scan(spark, [ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
-                         ITEMS.update(12, 0, id=1, name="a3")], after=(11, 0))
+def test_only_new_rows_count(scan):
+    result = scan([ITEMS.update(11, 0, id=1, name="a2", unchanged=["doc"]),
+                   ITEMS.update(12, 0, id=1, name="a3")], after=(11, 0))
     assert result.tables["public.items"].unchanged == frozenset()
     assert result.tables["public.items"].updates == 1
+
+
+def test_each_table_counts_after_its_own_bound(scan):
+    result = scan([ITEMS.insert(10, 0, id=1, name="a"), ITEMS.insert(12, 0, id=2, name="b"),
+                   MEMBERS.insert(11, 0, project=1, member=1, role="owner"),
+                   ITEMS.insert(13, 0, id=3, name="c")],
+                  bounds={"public.items": (12, 0)})
+    assert result.tables["public.items"].inserts == 1  # only 13 is after its bound
+    assert result.tables["public.members"].inserts == 1  # the default bound: all of it
+    assert result.upto == (13, 0)
+
+
+WIDER = Table("public.items", ("id", "name", "doc", "note"), ("int4", "text", "text", "text"))
+
+
+def test_the_newest_shape_and_every_control_in_bronze_order(scan):
+    result = scan([ITEMS.insert(10, 0, id=1, name="a"),
+                   ITEMS.watermark(11, 0, "b1", 1, "low"),
+                   ITEMS.truncate(12, 0),
+                   WIDER.insert(13, 0, id=2, name="b", note="n"),
+                   ITEMS.watermark(14, 0, "b1", 1, "high", {"xmin": 9, "xmax": 9, "xip": []},
+                                   rows=0),
+                   WIDER.truncate(15, 0)], commits=2)
+    items = result.tables["public.items"]
+    assert [c.name for c in items.shape.columns] == ["id", "name", "doc", "note"]
+    assert items.truncate == (15, 0)
+    assert [c.at for c in items.closings] == [(12, 0), (15, 0)]
+    assert [(w.low, w.high) for w in items.windows] == [((11, 0), (14, 0))]
+
+
+def test_files_wholly_before_the_bounds_are_not_read(scan, monkeypatch):
+    from pipelines.silver import bronze_summary
+
+    read = []
+    reader = bronze_summary.read_data_file
+    monkeypatch.setattr(bronze_summary, "read_data_file",
+                        lambda *args: read.append(args[1]) or reader(*args))
+    result = scan([ITEMS.insert(lsn, 0, id=lsn, name="x") for lsn in (10, 20, 30)],
+                  after=(25, 0), commits=3)
+    assert result.tables["public.items"].inserts == 1 and len(read) == 1

@@ -8,12 +8,14 @@ import pytest
 
 from pipelines.silver.job import run_silver
 from pipelines.spark_jobs import counted_jobs
+from tests.support.bronze_builder import Table
 from tests.support.silver_changes import ITEMS
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 39  # one table's batch of updates and a delete into an existing table
-UPDATE_JOBS = 32  # then one of updates only: its tombstones are left alone
+BATCH_JOBS = 24  # one table's batch of updates and a delete into an existing table
+UPDATE_JOBS = 19  # then one of updates only: its tombstones are left alone
+TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
 @pytest.fixture
@@ -45,3 +47,21 @@ def test_one_table_s_batch_starts_a_fixed_number_of_jobs(classic, spark, lake, c
     with counted_jobs(spark) as updates:
         run_silver(config, spark)
     assert updates.jobs == UPDATE_JOBS
+
+
+def test_tables_applied_at_once_start_the_jobs_of_each(classic, spark, lake, config):
+    """silver.parallel_tables: the tables' batches run in threads of their own, whose jobs
+    count as the run's (they inherit its job group) and are each table's own."""
+    assert config.silver.parallel_tables > 1
+    for table in (ITEMS, TWIN):
+        lake.append_changes([table.insert(10, i, id=i, name=f"n{i}", doc="d")
+                             for i in range(20)])
+    run_silver(config, spark)
+    for table in (ITEMS, TWIN):
+        lake.append_changes([table.update(11, i, id=i, name=f"m{i}", unchanged=["doc"])
+                             for i in range(5)] + [table.delete(12, 0, id=7)])
+    with counted_jobs(spark) as batch:
+        report = run_silver(config, spark)
+    assert [(t.table, t.updates, t.deletes) for t in report.tables] == [
+        ("public.items", 5, 1), ("public.twins", 5, 1)]
+    assert batch.jobs == 2 * BATCH_JOBS - 1  # a run starts one of them once, whatever its tables
