@@ -59,8 +59,8 @@ demo: install
 # end-to-end tests (`pg_versions`) again on PostgreSQL 15 and 18 (16 is the default).
 # Last, the engine-free tests and a short demo on Python 3.12 from the built wheel.
 test: install spark-jars object-stores postgres
-	$(PYTEST) --engine sail -n 2
-	$(PYTEST) --engine spark -m spark -n 2
+	$(PYTEST) --engine sail -n 2 --durations=15
+	$(PYTEST) --engine spark -m spark -n 2 --durations=15
 	$(PYTEST) --engine sail --postgres 15 -m pg_versions -n 2
 	$(PYTEST) --engine sail --postgres 18 -m pg_versions -n 2
 	$(MAKE) test-py312

@@ -112,21 +112,21 @@ def changes_of(rows: list[dict]) -> tuple[dict[int, Change], Change | None]:
 
 
 CASES = {"12": (12, False), "14": (14, False), "failover0": (0, True)}
-# Classic Spark takes a quarter of an hour per case (a run per landing, each paying
-# Spark's toll): seed 14 there (truncates, TOAST carried back); Sail runs all three.
-# On classic Spark a resync end's closings are checked step by step
-# (test_history_steps.py), truncates' closings by test_history_job.py and the failover
-# end to end by tests/end_to_end/test_failover.py.
-SPARK_CASES = ("14",)
+# Classic Spark takes many minutes per case (a run per landing, each paying Spark's
+# toll): it plays seed 14 (truncates, TOAST carried back); Sail plays all three. On
+# classic Spark a resync end's closings are checked step by step (test_history_steps.py),
+# truncates' closings by test_history_job.py and the failover end to end by
+# tests/end_to_end/test_failover.py.
+SAIL_ONLY = ("12", "failover0")
 
 
 def pytest_generate_tests(metafunc):
     if "case" in metafunc.fixturenames:
-        spark = metafunc.config.getoption("--engine") == "spark"
-        ids = SPARK_CASES if spark else tuple(CASES)
         # a case's tests share one worker, which plays its history once (`played`)
-        metafunc.parametrize("case", [pytest.param(CASES[i], id=i, marks=pytest.mark.xdist_group(
-            f"history_property_{i}")) for i in ids], scope="module")
+        metafunc.parametrize("case", [pytest.param(case, id=i, marks=[
+            pytest.mark.xdist_group(f"history_property_{i}"),
+            *([pytest.mark.sail_only] if i in SAIL_ONLY else [])])
+            for i, case in CASES.items()], scope="module")
 
 
 @pytest.fixture(scope="module")

@@ -35,8 +35,9 @@ def silver(spark, lake: BronzeLake) -> list[tuple]:
 
 
 # Seeds picked by mutation: without the snapshot-visibility rule, the TOAST supply from
-# dropped chunk rows, or the truncate that spoils a chunk, one of them fails.
-@pytest.mark.parametrize("seed", [12, 14])
+# dropped chunk rows, or the truncate that spoils a chunk, one of them fails. Classic
+# Spark runs one seed of each property: the engines' agreement, at minutes a seed.
+@pytest.mark.parametrize("seed", [pytest.param(12, marks=pytest.mark.sail_only), 14])
 def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
     history, final = generate(seed)
     expected = [(k, *v) for k, v in sorted(final.items())]
@@ -79,7 +80,7 @@ def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
 
 # Seeds picked by mutation: without the generation bound on unseen transactions (the
 # lost primary's xids come back on the standby) or without the resync's floor, one fails.
-@pytest.mark.parametrize("seed", [2, 16])
+@pytest.mark.parametrize("seed", [pytest.param(2, marks=pytest.mark.sail_only), 16])
 def test_a_generation_change_and_resync_converge_to_the_new_primary(spark, tmp_path, seed):
     history, final, start = generate_failover(seed)
     expected = [(k, *v) for k, v in sorted(final.items())]

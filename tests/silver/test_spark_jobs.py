@@ -13,8 +13,8 @@ from tests.support.silver_changes import ITEMS
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 24  # one table's batch of updates and a delete into an existing table
-UPDATE_JOBS = 19  # then one of updates only: its tombstones are left alone
+BATCH_JOBS = 17  # one table's batch of updates and a delete into an existing table
+UPDATE_JOBS = 12  # then one of updates only: its tombstones are left alone
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
