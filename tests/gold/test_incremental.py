@@ -134,7 +134,7 @@ def gold(spark, lake: Lake, report: str) -> list[tuple]:
 def test_incremental_refresh_equals_a_full_recompute_after_every_batch(
         spark, engine, demo_reports, tmp_path_factory):
     # classic Spark takes seconds a refresh where Sail takes a fraction: fewer histories
-    @settings(max_examples=6 if engine == "sail" else 1, deadline=None, derandomize=True,
+    @settings(max_examples=6 if engine == "sail" else 2, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(history=histories)
     def refreshed_equals_whole(history):
