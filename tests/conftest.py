@@ -47,9 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     running one alone at a pass's end while the other waits."""
     if config.getoption("--engine") == "spark":
         left = [item for item in items if item.get_closest_marker("sail_only")]
-        if left:
-            config.hook.pytest_deselected(items=left)
-            items[:] = [item for item in items if not item.get_closest_marker("sail_only")]
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if item not in left]
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

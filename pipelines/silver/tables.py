@@ -132,14 +132,16 @@ def create_table(run: SilverContext, table: TableRef, schema: StructType,
     `schema`; none: empty), with the table properties of silver's layout (deletion
     vectors: Maintenance.table_options)."""
     ensure_schema(run.spark, table)
-    if rows is None:
-        rows = run.spark.createDataFrame([], schema)
-    else:
-        rows = rows.select(*(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+    rows = run.spark.createDataFrame([], schema) if rows is None else conformed(rows, schema)
     writer = rows.write.format("delta").options(**run.maintenance.table_options())
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)
+
+
+def conformed(rows: DataFrame, schema: StructType) -> DataFrame:
+    """`rows` as the columns of `schema`, in its order, each cast to its type."""
+    return rows.select(*(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
 
 
 def append(table: TableRef, rows: DataFrame) -> None:

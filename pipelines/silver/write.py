@@ -28,7 +28,7 @@ from pipelines.silver.merge import (
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
-    METADATA_FIELDS, SilverContext, append, create_table, delete_where, evolve)
+    METADATA_FIELDS, SilverContext, append, conformed, create_table, delete_where, evolve)
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ def _write_marks(run: SilverContext, plan: BatchPlan, fresh: DataFrame | None) -
     """Append the batch's deletes (in `fresh`; None: it has none) to the tombstones, or
     create the table with them."""
     schema = _marks_schema(plan)
-    deleted = None if fresh is None else fresh.filter(F.col(OP) == DELETE).select(
-        *(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+    deleted = None if fresh is None else conformed(fresh.filter(F.col(OP) == DELETE), schema)
     if plan.marked is None:
         create_table(run, plan.marks, schema, plan.replace_tables, deleted)
     elif deleted is not None:
