@@ -32,6 +32,9 @@ from pipelines.silver.types import (
     with_failed_texts)
 
 
+DELETES = "_cdc_deletes"  # the check's count of events that delete a key
+
+
 @dataclass(frozen=True)
 class StagedBatch:
     """A batch's staged events: the newest per key, stale ones marked (silver's and the
@@ -82,8 +85,6 @@ def _checked(newest: DataFrame, every: DataFrame | None, plan: BatchPlan,
     found = (ranged.totals[DELETES] or 0) > 0 if counted else deletes
     return StagedBatch(newest, every, found, ranged.key_range)
 
-
-DELETES = "_cdc_deletes"
 
 
 def _typed(plan: BatchPlan, events: DataFrame) -> DataFrame:
