@@ -27,9 +27,9 @@ runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs...):
 - delta-rs: `DeltaTable.merge` of the batch's latest event per key (the rows silver ends
   up merging, already typed) into an identical copy of the N-row silver table (the same
   files), with silver's position guard: seconds, peak RSS and the merge's metrics;
-- Sail MERGE alone (with Sail): silver's own MERGE statement, on Sail, of those same
-  rows into another identical copy: what the engine's MERGE costs without the
-  pipeline's steps.
+- MERGE alone (with Sail, with Spark): silver's own MERGE statement, on that engine, of
+  those same rows into another identical copy: what the engine's MERGE costs without
+  the pipeline's steps, the floor of a run on it.
 
 Each engine's run is a fresh process's first (a one-shot job's); with --warm, Sail's and
 Spark's processes first apply a small batch to a scratch lake, so the measured run is a
@@ -408,10 +408,7 @@ def warm_up(spark, lake: Path, engine: str) -> None:
 def phase_silver(lake: Path, out: Path, warm: bool = False) -> None:
     """One run_silver on the local engine, instrumented; results as JSON in `out`."""
     started = time.perf_counter()
-    from pipelines.engine import start_local_session
-
-    spark = start_local_session((lake / "_warehouse").resolve())
-    spark.sql("SELECT 1").collect()
+    spark = _session("sail", lake)
     startup = time.perf_counter() - started
     if warm:
         warm_up(spark, lake, "local")
@@ -428,16 +425,12 @@ def phase_spark(lake: Path, out: Path, warm: bool = False) -> None:
     as phase_silver runs it on Sail. The session's start-up is timed apart: it is the
     JVM's launch and Ivy's resolution of the Delta jars, paid once per process. Peak RSS
     is this Python process's and the JVM's, read before the session stops."""
-    from pipelines.engine import start_classic_session
-
-    config = bench_config(lake, "spark")
     started = time.perf_counter()
-    spark = start_classic_session((lake / "_warehouse").resolve(), config.spark.master,
-                                  config.spark.jars, config.spark.conf)
+    spark = _session("spark", lake)
     startup = time.perf_counter() - started
     if warm:
         warm_up(spark, lake, "spark")
-    run = timed_run_silver(config, spark)
+    run = timed_run_silver(bench_config(lake, "spark"), spark)
     result = {**run, "startup": startup, "rss_peak_mb": vm_hwm_mb(),
               "jvm_rss_peak_mb": vm_hwm_mb(jvm_pid())}
     spark.stop()
@@ -454,15 +447,17 @@ def phase_progress(lake: Path, lsn: int, index: int) -> None:
                    (lsn, index))
 
 
-def phase_sail_merge(target: Path, source: Path, out: Path) -> None:
-    """Silver's MERGE statement on Sail, of the delta-rs source rows (nothing unchanged)."""
+def phase_merge(engine: str, target: Path, source: Path, out: Path, warm: bool = False) -> None:
+    """Silver's MERGE statement alone, of the delta-rs source rows (nothing unchanged),
+    on Sail or on classic Spark with Delta Lake (warm: after warm_up's two runs, as
+    phase_silver and phase_spark): the engine's floor for a run's MERGE."""
     from pyspark.sql import functions as F
 
-    from pipelines.engine import start_local_session
     from pipelines.silver.merge import silver_merge_sql
 
-    spark = start_local_session((target.parent / "_warehouse").resolve())
-    spark.sql("SELECT 1").collect()
+    spark = _session(engine, target.parent)
+    if warm:
+        warm_up(spark, target.parent, "local" if engine == "sail" else "spark")
     rows = spark.read.parquet(str(source)).withColumn(
         "_cdc_unchanged", F.array().cast("array<string>"))
     rows.createOrReplaceTempView("bench_source")
@@ -471,7 +466,26 @@ def phase_sail_merge(target: Path, source: Path, out: Path) -> None:
     started = time.perf_counter()
     spark.sql(sql).collect()
     seconds = time.perf_counter() - started
-    out.write_text(json.dumps({"seconds": seconds, "rss_peak_mb": vm_hwm_mb()}))
+    result = {"seconds": seconds, "rss_peak_mb": vm_hwm_mb()}
+    if engine == "spark":
+        result["jvm_rss_peak_mb"] = vm_hwm_mb(jvm_pid())
+        spark.stop()
+    out.write_text(json.dumps(result))
+
+
+def _session(engine: str, where: Path):
+    """A Sail session, or a classic Spark one with the bench's Spark settings."""
+    if engine == "sail":
+        from pipelines.engine import start_local_session
+
+        spark = start_local_session((where / "_warehouse").resolve())
+        spark.sql("SELECT 1").collect()
+        return spark
+    from pipelines.engine import start_classic_session
+
+    config = bench_config(where, "spark")
+    return start_classic_session((where / "_warehouse").resolve(), config.spark.master,
+                                 config.spark.jars, config.spark.conf)
 
 
 def phase_deltars(target: Path, source: Path, out: Path) -> None:
@@ -652,8 +666,8 @@ def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
     shutil.copytree(base, lake)
     if "deltars" in engines:  # the identical N-row copies
         shutil.copytree(silver_path(lake), case / "deltars")
-    if "sail" in engines:
-        shutil.copytree(silver_path(lake), case / "sailmerge")
+    for engine in set(engines) & {"sail", "spark"}:  # for the MERGE alone
+        shutil.copytree(silver_path(lake), case / f"{engine}merge")
     bronze, source = batch_rows(n, m, seed + n + m, toast_share, shape)
     append_bronze(lake, bronze, INGEST_COMMIT_ROWS)
     pq.write_table(source, case / "source.parquet")
@@ -673,10 +687,10 @@ def run_case(base: Path, work: Path, n: int, m: int, repeat: int, seed: int,
     for engine in engines:
         _, measured, load = child(*argv[engine], out=case / f"{engine}.json")
         result[engine] = {**measured, "load": load, "commit": last_commit(tables[engine])}
-    if "sail" in engines:
-        _, result["sail_merge"], _ = child("--phase", "sailmerge", "--target",
-                                           str(case / "sailmerge"), *merge_source,
-                                           out=case / "sailmerge.json")
+    for engine in [e for e in engines if e in ("sail", "spark")]:
+        _, result[f"{engine}_merge"], _ = child(
+            "--phase", "merge", "--engine", engine, "--target", str(case / f"{engine}merge"),
+            *merge_source, *warming, out=case / f"{engine}merge.json")
     first, *others = engines
     result["equal"] = ({e: same_rows(tables[first], tables[e]) for e in others}
                        if verify else None)
@@ -713,8 +727,9 @@ def main() -> None:
                              "small batch to a scratch lake: a warm driver, as in a "
                              "long-running `lakehouse run` (default: a fresh process's "
                              "first run, as a one-shot job has)")
-    parser.add_argument("--phase", choices=("silver", "spark", "deltars", "sailmerge",
+    parser.add_argument("--phase", choices=("silver", "spark", "deltars", "merge",
                                             "progress"), help=argparse.SUPPRESS)
+    parser.add_argument("--engine", choices=("sail", "spark"), help=argparse.SUPPRESS)
     parser.add_argument("--lake", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--target", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
@@ -727,8 +742,8 @@ def main() -> None:
         return phase_spark(args.lake, args.out, args.warm)
     if args.phase == "deltars":
         return phase_deltars(args.target, args.source, args.out)
-    if args.phase == "sailmerge":
-        return phase_sail_merge(args.target, args.source, args.out)
+    if args.phase == "merge":
+        return phase_merge(args.engine, args.target, args.source, args.out, args.warm)
     if args.phase == "progress":
         return phase_progress(args.lake, *args.position)
 
@@ -749,9 +764,8 @@ def main() -> None:
                     timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
                         f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
                         for e in engines]
-                    if "sail" in engines:
-                        timings.append(f"Sail MERGE alone "
-                                       f"{result['sail_merge']['seconds']:.2f} s")
+                    timings += [f"{LABELS[e]} MERGE alone {result[e + '_merge']['seconds']:.2f} s"
+                                for e in engines if e + "_merge" in result]
                     print(f"  N={n:,} M={m:,} run {r + 1}: {', '.join(timings)}, "
                           f"equal={result['equal']}", flush=True)
                     if "sail" in engines:
@@ -803,7 +817,7 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
     rows = [["table rows", "changes", "runs",
              *(["Sail s", "Sail changes/s", "Sail peak MB"] if sail else []),
              *(["Spark s", "Spark changes/s", "Spark peak MB Python + JVM", "Spark start-up s",
-                "Spark jobs"] if spark else []),
+                "Spark jobs", "Spark MERGE alone s"] if spark else []),
              *(["delta-rs s", "delta-rs peak MB"] if deltars else []),
              *(["Spark / Sail"] if sail and spark else []),
              *(["Sail / delta-rs"] if sail and deltars else []), "equal"]]
@@ -817,7 +831,8 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
                     f"{median(runs, 'spark', 'rss_peak_mb'):,.0f} + "
                     f"{median(runs, 'spark', 'jvm_rss_peak_mb'):,.0f}",
                     f"{median(runs, 'spark', 'startup'):.1f}",
-                    f"{median(runs, 'spark', 'spark_jobs'):.0f}"]
+                    f"{median(runs, 'spark', 'spark_jobs'):.0f}",
+                    f"{median(runs, 'spark_merge'):.2f}"]
         if deltars:
             row += [f"{median(runs, 'deltars'):.2f}",
                     f"{median(runs, 'deltars', 'rss_peak_mb'):,.0f}"]
@@ -831,9 +846,10 @@ def report(builds: list[dict], results: list[dict], engines: list[str]) -> None:
     print("\n" + table(rows))
     print("\nPer run: stage: bronze -> events -> TOAST fill -> latest per key -> typed, stale "
           "events marked, written to the staging Parquet (catalog.staged); merge: the MERGE "
-          "INTO the silver table; other: scan, type check, tombstone MERGE, progress, "
+          "INTO the silver table; other: scan, type check, tombstone append, progress, "
           "catalog. Sail MERGE alone: the same MERGE statement of delta-rs's source rows "
-          "(x: its ratio to delta-rs). equal: each engine's table against the first's. "
+          "(x: its ratio to delta-rs); Spark MERGE alone: the same on classic Spark. "
+          "equal: each engine's table against the first's. "
           "Per case: medians of its runs; changes/s: bronze changes per second of the "
           "median run. Spark: classic Spark with Delta Lake, master " + SPARK_MASTER + "; "
           "its start-up (JVM, Delta jars) is not in its seconds; peak MB is the Python "

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
@@ -145,8 +146,17 @@ def conformed(rows: DataFrame, schema: StructType) -> DataFrame:
 
 
 def append(table: TableRef, rows: DataFrame) -> None:
-    """Append `rows` (of the table's schema) to an existing Delta table."""
-    save_table(rows.write.format("delta").mode("append"), table)
+    """Append `rows` (of the table's schema) to an existing Delta table at a lake path
+    (the tombstones), through delta-rs on every engine: the rows come to the driver (a
+    batch's deletes: keys and positions) in one Spark job, and the commit costs none (on
+    a classic driver, Delta's own append costs several: the write, the new snapshot,
+    the statistics, about 1.4 s for 10k deletes on 2 cores)."""
+    assert table.path is not None, "only tables at lake paths are appended to"
+    data = rows.toArrow()
+    if data.num_rows == 0:
+        return
+    target = table.path.open()
+    write_deltalake(target, data.cast(pa.schema(target.schema().to_arrow())), mode="append")
 
 
 def evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
