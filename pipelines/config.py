@@ -17,6 +17,7 @@ import yaml
 
 from pipelines import storage
 from pipelines.errors import ConfigError
+from pipelines.lake import LOG_RETENTION, parse_log_retention
 from pipelines.names import qualify_table
 
 CONFIG_ENV = "LAKEHOUSE_CONFIG"
@@ -45,6 +46,8 @@ class LakeConfig:
 
     path: str = "lake"
     storage_options: Mapping[str, str] = field(default_factory=dict)  # delta-rs names
+    # Delta log kept (time travel), as Delta spells it: "interval 10 minutes"
+    log_retention: str = LOG_RETENTION
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,8 @@ def _lake(values: Mapping[str, Any], base_dir: Path, engine: str) -> LakeConfig:
     if not storage.store_kind(path):
         local = Path(path).expanduser()
         path = str(local if local.is_absolute() else (base_dir / local).resolve())
-    return LakeConfig(path, storage.check_storage_options(lake.storage_options))
+    return LakeConfig(path, storage.check_storage_options(lake.storage_options),
+                      lake.log_retention)
 
 
 def _gold(values: Mapping[str, Any], base_dir: Path) -> GoldConfig:
@@ -338,6 +342,8 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             expected = "a positive number"
+        elif f.name == "log_retention":  # "7 days" as Delta spells it: "interval 7 days"
+            ok, expected, value = True, "", parse_log_retention(value, key)
         elif f.name in ("port", "silver_port"):
             ok, expected = is_port(value), PORTS
         elif f.name == "jars":

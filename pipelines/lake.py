@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Mapping, Union
@@ -28,37 +29,59 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from obstore.store import ObjectStore
 
-# How far back the Delta log of the tables the pipeline commits to is kept. On a local
-# file system every Delta read and commit lists the whole _delta_log directory (there is
-# no listing from an offset): measured with delta-rs 1.6, an append took 4.7 ms with a
-# short log and 415 ms with 20,000 more entries; a Sail read 14 ms and 279 ms. The ingest
-# commits up to once a second, silver every run: under Delta's default of 30 days every
-# commit would slow down by seconds within a day. Log files older than this and older
-# than the latest checkpoint are deleted (delta-rs tables: at each checkpoint, every 100
-# commits; Sail's: by trim_log). Time travel reaches back this far; no reader of the
-# pipeline needs older versions (silver reads bronze by position).
-LOG_RETENTION = {"delta.logRetentionDuration": "interval 10 minutes"}
+# How far back the Delta log of the tables the pipeline commits to is kept, unless
+# `lake.log_retention` says otherwise (docs/operations.md, "Delta logs stay short"). Log
+# files older than this that a later checkpoint replaces are deleted (delta-rs tables: by
+# delta-rs after each commit; Sail's and Spark's: by trim_log), so time travel reaches
+# back at least this far. Short on every store: delta-rs 1.6 lists the
+# whole _delta_log after each of its commits to delete the expired files (on S3 too),
+# and a local file system lists it on every Delta read and commit besides; the ingest
+# commits up to once a second, silver every run. Measured by bench/delta_log_bench.py:
+# after 5,000 commits a delta-rs append took 4.9x (local disk) and 8.3x (MinIO) as long
+# as next to a short log, after 20,000 15x and 33x. No reader of the pipeline needs older
+# versions (silver reads bronze by position).
+LOG_RETENTION_KEY = "delta.logRetentionDuration"
+LOG_RETENTION = "interval 10 minutes"  # the default of lake.log_retention
+# The spellings every engine parses (delta-rs: "interval N unit", one unit, lower case)
+_RETENTION = re.compile(r"(?:interval\s+)?(\d+)\s*(second|minute|hour|day|week)s?", re.I)
 TRIM_LOG_ENTRIES = 200  # trim_log works only on a log with more entries than this
 DELTA_LOG = "_delta_log"
 
 
+def parse_log_retention(text: object, key: str = "lake.log_retention") -> str:
+    """A log retention as the Delta interval every engine parses ("interval 7 days"), from
+    a whole number of seconds, minutes, hours, days or weeks ("36 hours", "7 days"),
+    with or without Delta's "interval"; ConfigError naming `key` otherwise."""
+    match = _RETENTION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ConfigError(f"{key}: got {text!r}, expected a duration such as '10 minutes', "
+                          "'36 hours' or '7 days' (a whole number of seconds, minutes, hours, "
+                          "days or weeks)")
+    number, unit = int(match.group(1)), match.group(2).lower()
+    return f"interval {number} {unit}{'' if number == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class Lake:
-    """The lake root (an absolute local path or a store URL such as s3://bucket/prefix)
-    and its non-secret storage options (delta-rs / object_store names)."""
+    """The lake root (an absolute local path or a store URL such as s3://bucket/prefix),
+    its non-secret storage options (delta-rs / object_store names) and the Delta log
+    retention of the tables the pipeline commits to (a setting, not part of the place:
+    it takes no part in comparisons)."""
 
     root: str
     options: tuple[tuple[str, str], ...] = ()
+    log_retention: str = field(default=LOG_RETENTION, compare=False)
 
     @classmethod
-    def of(cls, root: str | os.PathLike[str],
-           options: Mapping[str, str] | None = None) -> "Lake":
-        return cls(str(root).rstrip("/") or "/", tuple(sorted((options or {}).items())))
+    def of(cls, root: str | os.PathLike[str], options: Mapping[str, str] | None = None,
+           log_retention: str = LOG_RETENTION) -> "Lake":
+        return cls(str(root).rstrip("/") or "/", tuple(sorted((options or {}).items())),
+                   parse_log_retention(log_retention))
 
     @classmethod
     def from_config(cls, config) -> "Lake":
         """The lake of a loaded Config (config.lake)."""
-        return cls.of(config.lake.path, config.lake.storage_options)
+        return cls.of(config.lake.path, config.lake.storage_options, config.lake.log_retention)
 
     @property
     def store(self) -> str | None:
@@ -71,7 +94,7 @@ class Lake:
 
     def table(self, *parts: str) -> "TableLocation":
         """The table at root/part/part/..."""
-        return TableLocation("/".join([self.root, *parts]), self.options)
+        return TableLocation("/".join([self.root, *parts]), self.options, self.log_retention)
 
     @property
     def bronze_changes(self) -> "TableLocation":
@@ -186,10 +209,17 @@ class Lake:
 
 @dataclass(frozen=True)
 class TableLocation:
-    """One Delta table's place: its URI, and the lake's storage options delta-rs needs."""
+    """One Delta table's place: its URI, and the lake's storage options delta-rs needs;
+    with the lake's log retention (a Delta interval), which takes no part in comparisons."""
 
     uri: str
     options: tuple[tuple[str, str], ...] = ()
+    log_retention: str = field(default=LOG_RETENTION, compare=False)
+
+    @property
+    def retention_properties(self) -> dict[str, str]:
+        """The table property a table the pipeline creates carries: its log retention."""
+        return {LOG_RETENTION_KEY: self.log_retention}
 
     @property
     def delta_options(self) -> dict[str, str] | None:
@@ -229,17 +259,18 @@ def location(where: Where) -> TableLocation:
     return where if isinstance(where, TableLocation) else TableLocation(str(where))
 
 
-def with_log_retention(table: "DeltaTable",
-                       metadata: dict[str, str] | None = None) -> "DeltaTable":
-    """The table, its log retention set to LOG_RETENTION (one metadata commit if it was
-    not: a lake created before it was; `metadata` goes into that commit's info). Only a
+def with_log_retention(table: "DeltaTable", metadata: dict[str, str] | None = None,
+                       retention: str = LOG_RETENTION) -> "DeltaTable":
+    """The table, its log retention set to `retention` (a Delta interval), in one
+    metadata commit if it had another (a table made before the setting, or
+    lake.log_retention changed since; `metadata` goes into that commit's info). Only a
     table's sole writer may do this: the metadata commit fails a concurrent append."""
     from deltalake import CommitProperties
 
-    configuration = table.metadata().configuration
-    if any(configuration.get(key) != value for key, value in LOG_RETENTION.items()):
+    if table.metadata().configuration.get(LOG_RETENTION_KEY) != retention:
         table.alter.set_table_properties(
-            LOG_RETENTION, commit_properties=CommitProperties(custom_metadata=metadata))
+            {LOG_RETENTION_KEY: retention},
+            commit_properties=CommitProperties(custom_metadata=metadata))
     return table
 
 
@@ -247,6 +278,8 @@ def trim_log(where: Where) -> bool:
     """Delete the expired log files of a table another engine commits to (Sail writes
     checkpoints but never deletes a log file), once its log has more than
     TRIM_LOG_ENTRIES entries; True if it did. Called by the table's writer after a run.
+    Expired: older than the location's retention (lake.log_retention), which the table
+    is given first if it has another.
 
     delta-rs deletes the expired commits and checkpoints; the checksum files beside each
     commit (Sail's `N.crc`, Hadoop's `.N.json.crc`) go too, once their commit is gone:
@@ -259,7 +292,7 @@ def trim_log(where: Where) -> bool:
         names = _log_names(files)
         if len(names) <= TRIM_LOG_ENTRIES:
             return False
-        with_log_retention(table.open()).cleanup_metadata()
+        with_log_retention(table.open(), retention=table.log_retention).cleanup_metadata()
         names = _log_names(files)
         commits = [_version(name) for name in names if name.endswith(".json")]
         oldest = min((v for v in commits if v is not None), default=0)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from pipelines.lake import LOG_RETENTION, Where, location, read_delta, with_log_retention
+from pipelines.lake import Where, location, read_delta, with_log_retention
 from pipelines.names import standard_string
 
 if TYPE_CHECKING:
@@ -75,8 +75,9 @@ class StateTable:
             try:
                 self._open()
             except TableNotFoundError:
-                self._table = self.location.create(self.schema, configuration=LOG_RETENTION,
-                                                   name=self._name)
+                self._table = self.location.create(
+                    self.schema, configuration=self.location.retention_properties,
+                    name=self._name)
 
     def _commit(self, rows: pa.Table, predicate: str | None) -> None:
         # A plain loop rather than a retry library: between tries the open table must move
@@ -99,7 +100,7 @@ class StateTable:
             table = self._open()
         except TableNotFoundError:  # the first write creates the table with its rows
             write_deltalake(self.location.uri, rows, mode=mode, predicate=predicate,
-                            configuration=LOG_RETENTION, name=self._name,
+                            configuration=self.location.retention_properties, name=self._name,
                             storage_options=self.location.delta_options)
             return
         # schema_mode merge: a table made before a column existed gains it
@@ -108,7 +109,8 @@ class StateTable:
     def _open(self) -> DeltaTable:
         """The table, its log retention set (TableNotFoundError before its first write)."""
         if self._table is None:
-            self._table = with_log_retention(self.location.open())
+            self._table = with_log_retention(self.location.open(),
+                                             retention=self.location.log_retention)
         return self._table
 
     @property

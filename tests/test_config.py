@@ -4,6 +4,7 @@ import pytest
 
 from pipelines.config import DSN_ENV, load_config
 from pipelines.errors import ConfigError
+from pipelines.lake import Lake
 
 GOOD = """
 source:
@@ -124,6 +125,42 @@ def test_a_store_without_conditional_writes_is_refused(tmp_path):
     text = with_lake("s3://lake", "aws_s3_allow_unsafe_rename: true")
     with pytest.raises(ConfigError, match="conditional writes"):
         load_config(write(tmp_path, text), environ={})
+
+
+def with_retention(value: str, path: str = "./lake") -> str:
+    """GOOD with the lake at `path` keeping `value` of Delta log."""
+    return GOOD.replace("lake: {path: ./lake}", f"lake: {{path: '{path}', log_retention: {value}}}")
+
+
+@pytest.mark.parametrize("value, retention", [
+    ("7 days", "interval 7 days"), ("36 hours", "interval 36 hours"), ("1 Day", "interval 1 day"),
+    ("interval 2 weeks", "interval 2 weeks"), ("'0 seconds'", "interval 0 seconds")])
+def test_log_retention_is_a_duration_kept_as_delta_spells_it(tmp_path, value, retention):
+    for path in ("./lake", "s3://bucket/lake"):
+        config = load_config(write(tmp_path, with_retention(value, path)), environ={})
+        assert config.lake.log_retention == retention
+        lake = Lake.from_config(config)
+        assert lake.backfills.retention_properties == {"delta.logRetentionDuration": retention}
+        assert lake == Lake.of(lake.root) and lake.backfills == Lake.of(lake.root).backfills
+
+
+def test_log_retention_is_ten_minutes_on_every_store_unless_set(tmp_path):
+    for path in ("./lake", "s3://bucket/lake", "/Volumes/main/cdc/lake"):
+        config = load_config(write(tmp_path, GOOD.replace("./lake", path)), environ={})
+        assert config.lake.log_retention == "interval 10 minutes"
+        assert Lake.from_config(config).bronze_changes.log_retention == "interval 10 minutes"
+    config = load_config(write(tmp_path, GOOD), environ={},
+                         overrides=["lake.log_retention=2 days"])
+    assert Lake.from_config(config).bronze_changes.log_retention == "interval 2 days"
+
+
+@pytest.mark.parametrize("value", ["1 month", "forever", "-1 days", "1.5 hours", "10", "''",
+                                   "7 days ago", "interval 1 day 2 hours", "[7 days]"])
+def test_a_bad_log_retention_names_the_key_and_the_forms_it_takes(tmp_path, value):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, with_retention(value)), environ={})
+    assert str(info.value).startswith("lake.log_retention: got ")
+    assert "expected a duration such as '10 minutes', '36 hours' or '7 days'" in str(info.value)
 
 
 def test_classic_spark_needs_abfss_for_azure(tmp_path):

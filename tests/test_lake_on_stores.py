@@ -48,10 +48,8 @@ def test_bronze_and_state_tables_round_trip_through_delta_rs(store):
 
 
 def test_trim_log_deletes_expired_log_files_on_the_store(store, monkeypatch):
-    monkeypatch.setattr(lake_module, "LOG_RETENTION",
-                        {"delta.logRetentionDuration": "interval 0 seconds"})
     monkeypatch.setattr(lake_module, "TRIM_LOG_ENTRIES", 5)
-    table = lake_on(store).gold("g")
+    table = Lake.of(store.new_lake(), store.storage_options, "0 seconds").gold("g")
     for n in range(12):
         write_deltalake(table.uri, pa.table({"n": [n]}), mode="append",
                         storage_options=table.delta_options)

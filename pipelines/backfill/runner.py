@@ -19,7 +19,7 @@ from pipelines.backfill.state import StateStore, pending_resyncs
 from pipelines.bronze.schema import SNAPSHOTS_SCHEMA
 from pipelines.config import Config, SourceConfig
 from pipelines.errors import ConfigError, SourceError
-from pipelines.lake import LOG_RETENTION, Lake, with_log_retention
+from pipelines.lake import Lake, with_log_retention
 from pipelines.bronze.landed import landed_lsn
 from pipelines.names import qualify_table
 from pipelines.source.connection import connect
@@ -69,8 +69,10 @@ def run_backfill(config: Config, options: BackfillOptions,
     resyncs = set(tables if options.resync else pending_resyncs(
         store.all(), generation.generation, generation.resync_tables))
     # Before the table jobs start: the retention's metadata commit would fail their appends.
-    with_log_retention(lake.bronze_snapshots.create(SNAPSHOTS_SCHEMA,
-                                                    configuration=LOG_RETENTION))
+    snapshots = lake.bronze_snapshots
+    with_log_retention(snapshots.create(SNAPSHOTS_SCHEMA,
+                                        configuration=snapshots.retention_properties),
+                       retention=snapshots.log_retention)
     jobs = [TableBackfill(config.source, table, options.chunk_size, options.restart, store,
                           lake, display or ProgressDisplay(), stop or threading.Event(),
                           generation.generation if table in resyncs else None)

@@ -44,7 +44,7 @@ from pipelines.ingest.bronze_files import (
 from pipelines.ingest.records import RECORD_SCHEMA, Record, record_batch
 from pipelines import storage
 from pipelines.bronze.generations import Generation, first_generation
-from pipelines.lake import LOG_RETENTION, Where, location, with_log_retention
+from pipelines.lake import Where, location, with_log_retention
 from pipelines.ingest.landed_metrics import LANDED_BYTES, LANDED_CHANGES
 from pipelines.positions import Position
 
@@ -78,12 +78,13 @@ def read_progress(where: Where, app_id: str,
     (default: the first; nothing of an older one counts); creates an empty table if
     missing."""
     generation = generation or first_generation(app_id)
+    changes = location(where)
     try:
-        table = location(where).open()
+        table = changes.open()
     except TableNotFoundError:
-        location(where).create(CHANGES_SCHEMA, configuration=LOG_RETENTION,
-                               name="bronze_changes", description="raw Postgres change log "
-                               "(pgoutput), one row per change")
+        changes.create(CHANGES_SCHEMA, configuration=changes.retention_properties,
+                       name="bronze_changes", description="raw Postgres change log "
+                       "(pgoutput), one row per change")
         return Progress()
     end_lsn = generation.to_source(table.transaction_version(app_id) or 0)
     newest = newest_landed(table.history(limit=HISTORY_LOOKBACK))
@@ -341,12 +342,12 @@ class BronzeWriter:
         position = batch.progress.position
         if self._table is None:  # the ingest is bronze/changes' only writer
             # Every commit carries the position read_progress looks for, this one too:
-            # the log may keep nothing older than it (LOG_RETENTION).
+            # the log may keep nothing older than it (lake.log_retention).
             landed = self._durable.position
             self._table = with_log_retention(
                 self.location.open(),
                 position_metadata((landed[0] + self.offset, landed[1]))
-                if landed != NO_POSITION else None)
+                if landed != NO_POSITION else None, self.location.log_retention)
         properties = CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id,
                                           version=batch.progress.end_lsn + self.offset)],

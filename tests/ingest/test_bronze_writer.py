@@ -221,30 +221,37 @@ def test_an_end_lsn_after_every_row_landed_gets_a_commit_of_its_own(path):
 
 
 
-def test_an_older_bronze_table_gets_the_log_retention_in_a_commit_with_the_position(path):
+@pytest.mark.parametrize("before, setting", [
+    (None, None),  # a lake made before the retention; lake.log_retention not set
+    ("interval 10 minutes", "7 days"),  # lake.log_retention changed since
+])
+def test_an_older_bronze_table_gets_the_log_retention_in_a_commit_with_the_position(
+        path, before, setting):
     from deltalake import DeltaTable
 
     from pipelines.bronze.schema import CHANGES_SCHEMA
-    from pipelines.lake import LOG_RETENTION
+    from pipelines.lake import LOG_RETENTION, Lake
 
-    DeltaTable.create(str(path), schema=CHANGES_SCHEMA)  # a lake made before the retention
+    DeltaTable.create(str(path), schema=CHANGES_SCHEMA,
+                      configuration={"delta.logRetentionDuration": before} if before else None)
     old = BronzeWriter(path, "slot")
-    old._table = DeltaTable(str(path))  # as the ingest of then: no retention set
+    old._table = DeltaTable(str(path))  # as the ingest of then: its retention left alone
     old.begin(100, 0, 7, TS)
     old.append(insert("a"))
     old.end_unit(150)
     old.flush()
     old.close()
-    assert "delta.logRetentionDuration" not in DeltaTable(str(path)).metadata().configuration
+    assert DeltaTable(str(path)).metadata().configuration.get("delta.logRetentionDuration") == before
 
-    writer = BronzeWriter(path, "slot")
+    where = Lake.of(path.parent.parent, log_retention=setting or LOG_RETENTION).bronze_changes
+    writer = BronzeWriter(where, "slot")
     writer.begin(200, 0, 8, TS)
     writer.append(insert("b"))
     writer.end_unit(250)
     assert writer.flush() == Progress(250, (200, 0))
     writer.close()
     table = DeltaTable(str(path))
-    assert table.metadata().configuration.items() >= LOG_RETENTION.items()
+    assert table.metadata().configuration["delta.logRetentionDuration"] == where.log_retention
     newest = table.history(limit=2)  # the rows' commit, then the retention's
     assert [c.get("lakehouse.position") for c in newest] == ["200:0", "100:0"]
     assert newest[1]["operation"] == "SET TBLPROPERTIES"

@@ -16,12 +16,16 @@ UNUSED_DSN = "host=unused"  # for tests that never connect to the source
 def config_document(dsn: str = UNUSED_DSN, lake: Path | str = "lake",
                     tables: Sequence[str] | str = "*", *,
                     storage_options: Mapping[str, str] | None = None,
+                    log_retention: str | None = None,
                     **sections: Any) -> dict[str, Any]:
-    """The YAML document: source (dsn, tables), lake (path, storage options), and any other
-    top-level key as given (`engine="spark"`, `ingest={"batch_seconds": 0.1}`, ...)."""
+    """The YAML document: source (dsn, tables), lake (path, storage options, log retention),
+    and any other top-level key as given (`engine="spark"`, `ingest={"batch_seconds": 0.1}`,
+    ...)."""
     lake_section: dict[str, Any] = {"path": str(lake)}
     if storage_options is not None:
         lake_section["storage_options"] = dict(storage_options)
+    if log_retention is not None:
+        lake_section["log_retention"] = log_retention
     return {"source": {"dsn": dsn, "tables": tables if isinstance(tables, str) else list(tables)},
             "lake": lake_section, **sections}
 
