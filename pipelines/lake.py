@@ -259,9 +259,10 @@ def location(where: Where) -> TableLocation:
     return where if isinstance(where, TableLocation) else TableLocation(str(where))
 
 
-def with_log_retention(table: "DeltaTable", metadata: dict[str, str] | None = None,
-                       retention: str = LOG_RETENTION) -> "DeltaTable":
-    """The table, its log retention set to `retention` (a Delta interval), in one
+def with_log_retention(table: "DeltaTable", metadata: dict[str, str] | None = None, *,
+                       retention: str) -> "DeltaTable":
+    """The table, its log retention set to `retention` (a Delta interval: its location's
+    `log_retention`, never a default that would undo the setting), in one
     metadata commit if it had another (a table made before the setting, or
     lake.log_retention changed since; `metadata` goes into that commit's info). Only a
     table's sole writer may do this: the metadata commit fails a concurrent append."""

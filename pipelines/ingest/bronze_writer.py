@@ -347,7 +347,7 @@ class BronzeWriter:
             self._table = with_log_retention(
                 self.location.open(),
                 position_metadata((landed[0] + self.offset, landed[1]))
-                if landed != NO_POSITION else None, self.location.log_retention)
+                if landed != NO_POSITION else None, retention=self.location.log_retention)
         properties = CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id,
                                           version=batch.progress.end_lsn + self.offset)],

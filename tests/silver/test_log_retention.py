@@ -55,9 +55,10 @@ def test_lake_log_retention_reaches_bronze_and_the_state_tables(tmp_path):
 def test_an_older_table_gets_the_retention_once_and_a_changed_one_again(tmp_path):
     path = str(tmp_path / "t")
     write_deltalake(path, pa.table({"a": [1]}))
-    table = with_log_retention(DeltaTable(path))
+    table = with_log_retention(DeltaTable(path), retention=LOG_RETENTION)
     assert table.version() == 1 and retention(path) == LOG_RETENTION
-    assert with_log_retention(DeltaTable(path)).version() == 1  # already set: no commit
+    # already set: no commit
+    assert with_log_retention(DeltaTable(path), retention=LOG_RETENTION).version() == 1
     table = with_log_retention(DeltaTable(path), retention="interval 7 days")
     assert table.version() == 2 and retention(path) == "interval 7 days"
 
