@@ -29,8 +29,11 @@ POSTGRES_VERSIONS = (15, 16, 18)
 # Every JVM the suite starts (a classic driver, a `lakehouse` process, a Connect server,
 # a standalone cluster) runs seconds of small jobs on a cold JIT. The C1 compiler alone
 # gets there with far less compile work than C2, whose threads compete with the jobs on
-# two cores: a classic Spark test takes about 0.7x the time. Children inherit it.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# two cores: a classic Spark test takes about 0.7x the time. Children inherit it. C1
+# alone would get the 48 MB code cache of a client JVM, which a driver applying several
+# tables at once can fill ("Out of space in CodeCache"): it keeps the usual 240 MB.
+os.environ.setdefault("JDK_JAVA_OPTIONS",
+                      "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

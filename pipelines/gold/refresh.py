@@ -40,6 +40,7 @@ from pipelines.errors import ConfigError
 from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
 from pipelines.gold.conform import conform_to_schema, validated_row_count
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
+from pipelines.gold.silver_facts import newest_position, row_count
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
                                   read_refreshes, record_refresh)
 from pipelines.names import quote, spark_literal
@@ -69,33 +70,11 @@ class Driving:
     tombstones: DataFrame | None
     keys: tuple[str, ...]  # its primary key (the tombstone table's key columns)
 
-    def newest_after(self, position: Position, *, again: SparkSession | None = None
-                     ) -> Position | None:
+    def newest_after(self, spark: SparkSession, position: Position) -> Position | None:
         """The newest position of a row or a deleted key after `position` (None when
-        there is none): silver applies changes in position order, so any change to the
-        table is after the last one seen. With `again`, the tables are read anew (a
-        DataFrame may keep the version it read)."""
-        frames = [self.rows, self.tombstones] if again is None else \
-            [read_table(again, t) for t in (self.table, self.marks) if t is not None]
-        return newest_position(frames, position)
-
-
-def newest_position(frames: list[DataFrame | None], after: Position = START
-                    ) -> Position | None:
-    """The newest (_lsn, _change_index) after `after` in any of `frames`, or None."""
-    found = [_newest(df, after) for df in frames if df is not None]
-    return max((p for p in found if p is not None), default=None)
-
-
-def _newest(df: DataFrame, after: Position) -> Position | None:
-    # two plain maxima instead of max(struct(...)), which Sail computes several times
-    # slower; the `_lsn >=` filter lets the engines skip the files of older positions
-    new = df.filter(F.col(LSN) >= after[0]).filter(
-        is_after_position(F.col(LSN), F.col(CHANGE_INDEX), after))
-    lsn = new.agg(F.max(LSN)).first()[0]
-    if lsn is None:
-        return None
-    return lsn, new.filter(F.col(LSN) == lsn).agg(F.max(CHANGE_INDEX)).first()[0]
+        there is none), in the tables as they are now: silver applies changes in
+        position order, so any change to the table is after the last one seen."""
+        return newest_position(spark, [self.table, self.marks], position)
 
 
 def refresh_incremental(spark: SparkSession, report: "Report",
@@ -113,7 +92,7 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     reason = _why_full(last, grouping, driving, inputs, full, _index_state(io, report.name))
     position = None  # the driving table's newest, once looked up
     if reason is None and (faster := _whole_is_faster(last)):
-        position = driving.newest_after(last.position)
+        position = driving.newest_after(spark, last.position)
         # nothing new: the refresh by groups writes nothing, cheaper still
         reason = faster if position is not None else None
     whole_seconds, groups_seconds = ((last.whole_seconds, last.groups_seconds) if last
@@ -126,7 +105,7 @@ def refresh_incremental(spark: SparkSession, report: "Report",
         elif outcome.groups:  # a refresh with nothing to replace times no groups
             groups_seconds = time.monotonic() - began
     if reason is not None:
-        position = position or driving.newest_after(START)  # before the build reads it
+        position = position or driving.newest_after(spark, START)  # before the build reads it
         began = time.monotonic()
         run = materialize_report(spark, report, views, io, full=full)
         table_rows = _rebuild_index(spark, report, io, driving)
@@ -136,7 +115,7 @@ def refresh_incremental(spark: SparkSession, report: "Report",
     else:
         rows, groups, table_rows, position = (outcome.rows, outcome.groups,
                                               outcome.table_rows, outcome.position)
-    moved = driving.newest_after(position or START, again=spark) is not None
+    moved = driving.newest_after(spark, position or START) is not None
     seconds = time.monotonic() - started
     index = _index_state(io, report.name)
     record_refresh(io.lake, Refresh(
@@ -185,10 +164,9 @@ def _inputs(spark: SparkSession, io: "GoldIO", report: "Report",
             last = refreshes.get(table.name)
             state[str(table)] = last.refreshed_at.isoformat() if last else None
             continue
-        rows = read_table(spark, io.silver_table(table.name))
-        marks = io.tombstones(table.name)
-        newest = newest_position([rows, None if marks is None else read_table(spark, marks)])
-        state[str(table)] = [rows.count(), list(newest) if newest else None]
+        rows = io.silver_table(table.name)
+        newest = newest_position(spark, [rows, io.tombstones(table.name)])
+        state[str(table)] = [row_count(spark, rows), list(newest) if newest else None]
     return json.dumps(state, sort_keys=True)
 
 
@@ -253,7 +231,7 @@ def _by_groups(spark: SparkSession, report: "Report", views: dict[tuple[str, str
     rows = 0
     if changes.touched:
         rows = _replace_touched(spark, report, views, io, driving, group, changes)
-    table_rows = read_table(spark, driving.table).count()
+    table_rows = row_count(spark, driving.table)
     expected = last.table_rows + changes.inserted - changes.deleted
     if table_rows != expected:
         return (f"silver {grouping.table} has {table_rows:,} rows where its changes since "
@@ -432,4 +410,4 @@ def _rebuild_index(spark: SparkSession, report: "Report", io: "GoldIO",
             f"group {stray[0][0]!r}, which no row of silver {grouping.table} gives as "
             f"{grouping.expression}; the report was written whole, but cannot be refreshed "
             "by groups: remove the header line or group by a column computed from each row")
-    return index.count()
+    return row_count(spark, TableRef(path=where))
