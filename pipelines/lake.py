@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from pipelines import storage
 from pipelines.errors import ConfigError
@@ -322,6 +322,22 @@ def _version(name: str) -> int | None:
     00000000000000000012.crc, .00000000000000000012.json.crc); None for others."""
     digits = name.lstrip(".").split(".", 1)[0]
     return int(digits) if digits.isdigit() else None
+
+
+def statistics_bound(actions: "pa.Table", column: str, pick: "Callable") -> int | None:
+    """`pick` (pyarrow.compute's min or max) of a statistics column over a table's files
+    (`DeltaTable.get_add_actions(flatten=True)`'s `min.<column>` or `max.<column>`), as
+    an integer (a timestamp's Unix microseconds): a bound of the values, read from the log
+    alone; None when a file has none.
+    Bounds, not values: a row a deletion vector removed still counts in its file's."""
+    import pyarrow as pa
+
+    if column not in actions.column_names or actions.column(column).null_count:
+        return None
+    values = actions.column(column)
+    if pa.types.is_timestamp(values.type):  # as Unix microseconds
+        values = values.cast(pa.timestamp("us", values.type.tz)).cast(pa.int64())
+    return int(pick(values).as_py())  # a decimal's digits exactly
 
 
 def read_delta(where: Where, columns: list[str] | None = None,

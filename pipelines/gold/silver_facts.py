@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.catalog import TableRef, read_table
+from pipelines.lake import statistics_bound
 from pipelines.position_columns import is_after_position, sql_is_after
 from pipelines.positions import START, Position
 from pipelines.silver.events import CHANGE_INDEX, LSN
@@ -53,7 +54,7 @@ def _newest(spark: "SparkSession", table: TableRef, after: Position) -> Position
     actions = pa.table(delta.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return None
-    top = _max_statistic(actions, LSN)
+    top = statistics_bound(actions, f"max.{LSN}", pc.max)
     if top is not None and top < after[0]:
         return None
     rows = None
@@ -66,14 +67,6 @@ def _newest(spark: "SparkSession", table: TableRef, after: Position) -> Position
     lsn = pc.max(rows[LSN]).as_py()
     at_lsn = rows.filter(pc.equal(rows[LSN], lsn))
     return lsn, pc.max(at_lsn[CHANGE_INDEX]).as_py()
-
-
-def _max_statistic(actions: pa.Table, column: str) -> int | None:
-    """The largest value of `column` the files' statistics give (None: a file has none)."""
-    name = f"max.{column}"
-    if name not in actions.column_names or actions[name].null_count:
-        return None
-    return pc.max(actions[name]).as_py()
 
 
 def _scan(delta, columns: list[str], predicate: str | None = None) -> pa.Table:

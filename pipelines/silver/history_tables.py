@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
+from pipelines.lake import statistics_bound
 from pipelines.names import split_table
 from pipelines.position_columns import number_literal
 from pipelines.positions import Position, position_number
@@ -137,12 +138,9 @@ def newest_valid_from(target: TableRef) -> int | None:
     if target.path is None:
         return None
     actions = pa.table(target.path.open().get_add_actions(flatten=True))
-    column = f"max.{VALID_FROM}"
     if actions.num_rows == 0:
         return 0
-    if column not in actions.column_names or actions.column(column).null_count:
-        return None
-    return int(pc.max(actions.column(column)).as_py())
+    return statistics_bound(actions, f"max.{VALID_FROM}", pc.max)
 
 
 def _base(run: SilverContext, target: TableRef, events: DataFrame, keys: Sequence[str],

@@ -28,7 +28,7 @@ from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists,
     table_schema)
-from pipelines.lake import Lake, TableLocation
+from pipelines.lake import Lake, TableLocation, statistics_bound
 from pipelines.positions import Position
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, XID, col
 from pipelines.silver.evolution import SchemaPlan
@@ -221,19 +221,10 @@ def tombstone_bounds(table: TableRef) -> MarkBounds | None:
     actions = pa.table(table.path.open().get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return None
-    return MarkBounds(_bound(actions, f"min.{COMMIT_TS}", pc.min, 0),
-                      _bound(actions, f"max.{LSN}", pc.max, UNKNOWN_LSN))
-
-
-def _bound(actions: pa.Table, column: str, pick: Callable, unknown: int) -> int:
-    """`pick` of a statistics column over the files, as an integer; `unknown` when a
-    file does not say."""
-    if column not in actions.column_names or actions.column(column).null_count:
-        return unknown
-    values = actions.column(column)
-    if pa.types.is_timestamp(values.type):
-        values = values.cast(pa.timestamp("us", values.type.tz))
-    return pick(values).cast(pa.int64()).as_py()
+    oldest = statistics_bound(actions, f"min.{COMMIT_TS}", pc.min)
+    newest = statistics_bound(actions, f"max.{LSN}", pc.max)
+    return MarkBounds(0 if oldest is None else oldest,
+                      UNKNOWN_LSN if newest is None else newest)
 
 
 def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
