@@ -82,16 +82,18 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                       run.lake.history_staging(schema, name, "versions"))
     order = run.schema(target).names  # evolved tables hold new columns last
     started = F.col(VALID_FROM) <= number_literal(after)
+    version = [*keys, VALID_FROM]  # what the MERGE matches on: one row each
     if exists and _written_before(run, target, after):  # a re-run of this batch
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order,
-                                                         bounds), versions.select(*order))
+                                                         bounds),
+                  run.unique_source(versions.select(*order), version))
         return
     # The versions that started before the batch are in the table: update them. The
     # others are new: append them, which costs far less than matching them.
     if exists:
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
                                                          insert=False),
-                  versions.filter(started).select(*order))
+                  run.unique_source(versions.filter(started).select(*order), version))
     save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
                target)
 

@@ -33,7 +33,8 @@ from pipelines.positions import Position
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, XID, col
 from pipelines.silver.evolution import SchemaPlan
 from pipelines.silver.maintenance import Maintenance
-from pipelines.silver.merge import add_columns_merge_sql, at_or_below, delete_where_sql
+from pipelines.silver.merge import (
+    add_columns_merge_sql, at_or_below, delete_where_sql, proven_unique)
 from pipelines.silver.table_shape import TableShape
 from pipelines.spark_jobs import is_classic
 
@@ -98,6 +99,14 @@ class SilverContext:
             self.spark.sql(statement(None)).collect()
         else:
             self.merge(target, statement, self.read(target).limit(0))
+
+    def unique_source(self, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+        """A MERGE source that holds one row per `keys` already, in the form its engine
+        prunes the target by: through Spark Connect an aggregate grouped by those keys
+        (merge.proven_unique: Sail then pushes the ON clause's key range into its scan);
+        on a classic driver the rows as they are (delta-spark prunes by the literals
+        either way, and the aggregate would cost it a shuffle)."""
+        return rows if is_classic(self.spark) else proven_unique(rows, keys)
 
     def merge(self, target: TableRef, statement: Callable[[str], str],
               source: DataFrame) -> None:

@@ -24,12 +24,11 @@ from pipelines.silver import history_tables
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, col
 from pipelines.silver.evolution import SchemaPlan
 from pipelines.silver.merge import (
-    STALE, at_or_below, committed_before, insert_select_sql, proven_unique, silver_merge_sql)
+    STALE, at_or_below, committed_before, insert_select_sql, silver_merge_sql)
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
     METADATA_FIELDS, SilverContext, append, conformed, create_table, delete_where, evolve)
-from pipelines.spark_jobs import is_classic
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +76,9 @@ def _write_silver(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
     keys, columns = plan.keys, plan.final.names
     if plan.silver_exists:
         run.maintenance.prepare(run.spark, plan.silver, keys)  # before the MERGE writes
-        source = fresh if is_classic(run.spark) else proven_unique(fresh, keys)
         run.merge(plan.silver, lambda view: silver_merge_sql(
             plan.silver.sql, view, keys, columns, plan.carried, plan.toast, staged.key_range),
-            source)
+            run.unique_source(fresh, keys))
     else:
         rows = run.query(plan.silver, lambda view: insert_select_sql(
             view, keys, columns, plan.carried, plan.toast), fresh)
