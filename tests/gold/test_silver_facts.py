@@ -22,19 +22,22 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture
 def tables(spark, tmp_path):
-    """public.items after three runs: 20 rows at LSN 10, id 3 updated at LSN 11 (a file
-    of its own), then id 3 deleted at LSN 12 (a deletion vector on that file, and a
-    tombstone). The silver table by path and by its session catalog name, and the
-    tombstones."""
-    lake = BronzeLake(tmp_path / "lake")
-    config = make_config(lake=tmp_path / "lake")
-    for changes in ([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(20)],
-                    [ITEMS.update(11, 0, id=3, name="three", doc="d")],
-                    [ITEMS.delete(12, 0, id=3)]):
+    """public.items: 20 rows at LSN 10, id 3 updated at LSN 11, the table compacted into
+    one file (delta-rs, as silver's maintenance does), then id 3 deleted at LSN 12: a
+    deletion vector on that file, and a tombstone. The silver table by path and by its
+    session catalog name, and the tombstones."""
+    root = tmp_path / "lake"
+    lake, config = BronzeLake(root), make_config(lake=root)
+    silver = TableRef(path=TableLocation(str(root / "silver" / "public" / "items")))
+
+    def applied(changes: list[dict]) -> None:
         lake.append_changes(changes)
         run_silver(config, spark)
-    root = tmp_path / "lake"
-    silver = TableRef(path=TableLocation(str(root / "silver" / "public" / "items")))
+
+    applied([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(20)])
+    applied([ITEMS.update(11, 0, id=3, name="three", doc="d")])
+    silver.path.open().optimize.compact()
+    applied([ITEMS.delete(12, 0, id=3)])
     marks = TableRef(path=TableLocation(
         str(root / "_state" / "silver_tombstones" / "public" / "items")))
     return silver, TableRef(parts=("silver", "items")), marks
