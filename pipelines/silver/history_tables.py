@@ -80,16 +80,24 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                                                                   columns),
                                                   table.closings),
                       run.lake.history_staging(schema, name, "versions"))
+    _write_versions(run, target, versions, keys, bounds, after, exists)
+
+
+def _write_versions(run: SilverContext, target: TableRef, versions: DataFrame,
+                    keys: Sequence[str], bounds: str | None, after: Position,
+                    exists: bool) -> None:
+    """MERGE the versions that started before the batch (they are in the table) and
+    append the others (new: far cheaper than matching them); a re-run of the batch
+    (its versions are in the table already) MERGEs them all. Each MERGE's source holds
+    one row per (key, _valid_from), what it matches on."""
     order = run.schema(target).names  # evolved tables hold new columns last
-    started = F.col(VALID_FROM) <= number_literal(after)
-    version = [*keys, VALID_FROM]  # what the MERGE matches on: one row each
-    if exists and _written_before(run, target, after):  # a re-run of this batch
+    version = [*keys, VALID_FROM]
+    if exists and _written_before(run, target, after):
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order,
                                                          bounds),
                   run.unique_source(versions.select(*order), version))
         return
-    # The versions that started before the batch are in the table: update them. The
-    # others are new: append them, which costs far less than matching them.
+    started = F.col(VALID_FROM) <= number_literal(after)
     if exists:
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
                                                          insert=False),
