@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.catalog import TableRef, read_table
-from pipelines.lake import statistics_bound
+from pipelines.lake import read_delta, statistics_bound
 from pipelines.position_columns import is_after_position, sql_is_after
 from pipelines.positions import START, Position
 from pipelines.silver.events import CHANGE_INDEX, LSN
@@ -30,9 +30,8 @@ def row_count(spark: "SparkSession", table: TableRef) -> int:
     """The table's live rows (deleted ones, in deletion vectors, not counted)."""
     if table.path is None:
         return read_table(spark, table).count()
-    delta = table.path.open()
-    first = delta.schema().fields[0].name  # the narrowest read that counts every row
-    return _scan(delta, [first]).num_rows
+    first = table.path.open().schema().fields[0].name  # one column counts every row
+    return read_delta(table.path, [first]).num_rows
 
 
 def newest_position(spark: "SparkSession", tables: list[TableRef | None],
@@ -69,9 +68,10 @@ def _newest(spark: "SparkSession", table: TableRef, after: Position) -> Position
     return lsn, pc.max(at_lsn[CHANGE_INDEX]).as_py()
 
 
-def _scan(delta, columns: list[str], predicate: str | None = None) -> pa.Table:
+def _scan(delta, columns: list[str], predicate: str) -> pa.Table:
     """Rows of the table through delta-rs's own engine, which applies deletion vectors and
-    skips the files the predicate's columns' statistics rule out."""
+    skips the files the predicate's columns' statistics rule out (pipelines.lake.read_delta
+    filters after reading every column of such a table)."""
     return pa.RecordBatchReader.from_stream(delta.scan(columns=columns, predicate=predicate)
                                             ).read_all()
 
