@@ -32,7 +32,7 @@ from pipelines.backfill.chunk import (
 from pipelines.backfill.progress import ProgressDisplay
 from pipelines.backfill.state import DONE, FAILED, RUNNING, BackfillState, StateStore
 from pipelines.backfill.emit_watermark import emit_watermark
-from pipelines.bronze.watermarks import Snapshot, Watermark
+from pipelines.bronze.watermarks import KeyRange, Snapshot, Watermark
 from pipelines.config import SourceConfig
 from pipelines.errors import DataError, LakehouseError, SourceError
 from pipelines.lake import Lake
@@ -74,7 +74,7 @@ class _Raw:
 
     chunk_id: int
     chunk: RawChunk
-    cursor: tuple[str, ...] | None
+    keys: KeyRange  # the keys it read: after the cursor it started from
     last: bool
 
 
@@ -85,9 +85,14 @@ class _Read:
     chunk_id: int
     batch: pa.Table
     snapshot: Snapshot
-    cursor: tuple[str, ...] | None
+    keys: KeyRange
     cursor_columns: tuple[str, ...]
     last: bool
+
+    @property
+    def cursor(self) -> tuple[str, ...] | None:
+        """Where the next chunk starts: after this one's last key (or where it started)."""
+        return self.keys.last or self.keys.after
 
     @property
     def size(self) -> int:
@@ -301,9 +306,10 @@ class TableBackfill:
                 chunk_id = progress.next_chunk_id()
                 emit_watermark(conn, Watermark(state.backfill_id, chunk_id, self.table, "low"))
                 chunk = read_chunk(conn, shapes, cursor, limit, by_range)
+                keys = KeyRange(cursor, chunk.last_key)
                 cursor = chunk.last_key or cursor
                 last = chunk.num_rows < limit
-                _put(outbox, _Raw(chunk_id, chunk, cursor, last), halt)
+                _put(outbox, _Raw(chunk_id, chunk, keys, last), halt)
                 if last:
                     return
                 limit = next_chunk_rows(chunk.num_rows, len(chunk.data), self.chunk_size,
@@ -339,7 +345,7 @@ class TableBackfill:
                     return
                 raw: RawChunk = item.chunk
                 batch = builder.rows(raw.parse(), item.chunk_id)
-                _put(outbox, _Read(item.chunk_id, batch, raw.snapshot, item.cursor,
+                _put(outbox, _Read(item.chunk_id, batch, raw.snapshot, item.keys,
                                    raw.shape.order_columns, item.last), halt)
                 if item.last:
                     return
@@ -377,7 +383,7 @@ class TableBackfill:
             snapshots.append([(read.chunk_id, read.batch) for read in group])
             for read in group:
                 emit_watermark(conn, Watermark(backfill_id, read.chunk_id, self.table, "high",
-                                               read.snapshot, read.batch.num_rows))
+                                               read.snapshot, read.batch.num_rows, read.keys))
                 slots.release()
                 # The cursor is saved after the first chunk, then at most every
                 # CURSOR_SAVE_SECONDS (the run's end saves the last): a crash re-reads a

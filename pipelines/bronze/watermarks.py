@@ -6,6 +6,10 @@ carries the chunk SELECT's snapshot: a transaction whose commit precedes the low
 watermark in the WAL can still be invisible to the SELECT (commit order is not
 visibility order), and the snapshot tells silver which ones were.
 
+The high watermark also says which keys the chunk read (`KeyRange`): those after the
+cursor it started from, up to its last row's. Chunks of one backfill that follow each
+other's cursors cover disjoint keys, which lets silver skip ordering their rows per key.
+
 A resync (a backfill that also removes what the source no longer has) ends with a third
 kind, "resync", emitted after its last high watermark: from there silver deletes the
 table's rows that the resync's chunks did not return and no change since re-created.
@@ -52,6 +56,20 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class KeyRange:
+    """The keys a chunk read, in keyset order: after `after` (None: from the table's first
+    key) up to and including `last` (None: the chunk was empty). Key values are text, as
+    the backfill's cursor keeps them."""
+
+    after: tuple[str, ...] | None
+    last: tuple[str, ...] | None
+
+    def to_json(self) -> dict:
+        return {"after": None if self.after is None else list(self.after),
+                "last": None if self.last is None else list(self.last)}
+
+
+@dataclass(frozen=True)
 class Watermark:
     """One watermark: which chunk of which backfill, low or high (or a resync's end)."""
 
@@ -61,6 +79,7 @@ class Watermark:
     kind: Kind
     snapshot: Snapshot | None = None  # high watermarks only
     rows: int | None = None  # high watermarks only: the chunk's rows in bronze/snapshots
+    keys: KeyRange | None = None  # high watermarks only: the keys the chunk read
 
     def to_json(self) -> str:
         body: dict = {"backfill_id": self.backfill_id, "chunk_id": self.chunk_id,
@@ -70,6 +89,8 @@ class Watermark:
                                 "xip": list(self.snapshot.xip)}
         if self.rows is not None:
             body["rows"] = self.rows
+        if self.keys is not None:
+            body["keys"] = self.keys.to_json()
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -84,7 +105,8 @@ def parse_watermark(content: bytes | str) -> Watermark:
         if "." not in table:
             raise ValueError(f"table {table!r} is not schema.table")
         return Watermark(str(body["backfill_id"]), int(body["chunk_id"]), table, kind,
-                         _snapshot(body.get("snapshot")), _rows(body.get("rows")))
+                         _snapshot(body.get("snapshot")), _rows(body.get("rows")),
+                         _key_range(body.get("keys")))
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"malformed backfill watermark ({WATERMARK_PREFIX} message: {exc}): "
                         f"{content!r:.200}") from exc
@@ -97,6 +119,22 @@ def _rows(raw: Any) -> int | None:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         raise ValueError(f"rows must be a whole number >= 0, got {raw!r}")
     return raw
+
+
+def _key_range(raw: Any) -> KeyRange | None:
+    """A chunk's key range (watermarks written before it was added carry none)."""
+    if raw is None:
+        return None
+    return KeyRange(_key(raw["after"]), _key(raw["last"]))
+
+
+def _key(raw: Any) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or \
+            not all(v is None or isinstance(v, str) for v in raw):
+        raise ValueError(f"a key must be a list of text values, got {raw!r}")
+    return tuple(raw)
 
 
 def _snapshot(raw: Any) -> Snapshot | None:

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from pipelines.position_columns import is_after_position
 from pipelines.positions import Position
-from pipelines.silver.events import CHANGE_INDEX, LSN, value_columns
+from pipelines.silver.events import CHANGE, CHANGE_INDEX, LSN, SNAPSHOT, value_columns
 from pipelines.silver.latest import latest_change_per_key
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.toast import fill_unchanged_toast
@@ -36,13 +36,48 @@ def filled_events(events: DataFrame, shape: TableShape,
     return fill_unchanged_toast(events, shape.key_columns, fill, moved_rows)
 
 
-def newest_events(events: DataFrame, shape: TableShape, floor: Position | None) -> DataFrame:
-    """Filled events -> the newest event per key, above the floor."""
+def newest_events(events: DataFrame, shape: TableShape, floor: Position | None,
+                  one_chunk_row_per_key: bool = False) -> DataFrame:
+    """Filled events -> the newest event per key, above the floor (one_chunk_row_per_key:
+    see `lone_chunk_rows`)."""
+    if one_chunk_row_per_key:
+        changes = events.filter(F.col(CHANGE) != SNAPSHOT)
+        alone, others = lone_chunk_rows(events, shape.key_columns, changes)
+        return above_floor(alone.unionByName(newest_events(others, shape, None)), floor)
     return above_floor(latest_change_per_key(events, shape.key_columns), floor)
 
 
 def latest_events(events: DataFrame, shape: TableShape, floor: Position | None = None,
                   toast_columns: Sequence[str] | None = None,
-                  moved_rows: bool = True) -> DataFrame:
-    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor."""
+                  moved_rows: bool = True, one_chunk_row_per_key: bool = False,
+                  changes: DataFrame | None = None) -> DataFrame:
+    """Expanded (and reconciled) events -> TOAST-filled, newest event per key, above floor.
+
+    one_chunk_row_per_key: the chunk rows are (see `lone_chunk_rows`), and `changes` are
+    the other events (None: there are none, so every event is its key's only one)."""
+    if one_chunk_row_per_key:
+        if changes is None:
+            return above_floor(events, floor)
+        alone, others = lone_chunk_rows(events, shape.key_columns, changes)
+        return above_floor(alone.unionByName(
+            latest_events(others, shape, None, toast_columns, moved_rows)), floor)
     return newest_events(filled_events(events, shape, toast_columns, moved_rows), shape, floor)
+
+
+def lone_chunk_rows(events: DataFrame, keys: Sequence[str], changes: DataFrame
+                    ) -> tuple[DataFrame, DataFrame]:
+    """Events -> (the chunk rows whose key no change of the batch has, every other event);
+    `changes`: the events that are not chunk rows (passed apart, a plan need not compute
+    the chunk rows once more to find the keys they change).
+
+    Only for a batch whose chunk rows are one per key (bronze_batch.ChunkShapes): a lone
+    chunk row is then its key's only event, which filling and ordering leave as it is,
+    so only the other events need them, and a first load of a large backfill skips
+    ordering most of its rows by key. A moved row's old key has a delete event of its own
+    (key_change.expand_key_changes): its chunk row is not alone.
+    """
+    rows = events.filter(F.col(CHANGE) == SNAPSHOT)
+    changed = changes.select(*keys)
+    alone = rows.join(changed, list(keys), "left_anti").select(*events.columns)
+    shared = rows.join(changed, list(keys), "left_semi").select(*events.columns)
+    return alone, shared.unionByName(changes)

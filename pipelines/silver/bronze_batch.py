@@ -20,7 +20,7 @@ from pipelines.errors import DataError
 from pipelines.names import split_table
 from pipelines.position_columns import is_after_position, is_within
 from pipelines.positions import Position
-from pipelines.silver.chunk_windows import ChunkWindow, invisible_to_snapshot
+from pipelines.silver.chunk_windows import ChunkWindow, disjoint_keys, invisible_to_snapshot
 from pipelines.silver.events import (
     CHANGE_INDEX, LSN, XID, changes_to_events, first_rows, shape_from_row, snapshot_rows,
     value_columns, with_chunk_columns)
@@ -40,17 +40,26 @@ class ChunkShapes:
 
     newest: TableShape | None  # the newest chunk's shape
     same_columns: tuple[str, ...] | None  # the column list, if every chunk has the same
+    # Proven one row per key: no key in two chunks (chunk_windows.disjoint_keys), each
+    # chunk's rows in bronze once (as many as their high watermarks say), one key for all.
+    one_per_key: bool = False
 
 
 def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     rows = _chunk_rows(run, table)
     if rows is None:
         return ChunkShapes(None, None)
-    [found] = first_rows(rows).agg(
-        F.max_by(F.struct("columns", "type_names", "type_mods", "key_columns"),
-                 F.struct("read_at", "chunk_id")).alias("shape"),
-        F.collect_set("columns").alias("column_lists"),
-        F.count(F.lit(1)).alias("chunks")).collect()
+    # Counting every chunk row costs a scan of them; only a batch whose chunks may be
+    # proven one row per key asks (else the first rows alone are read).
+    counted = disjoint_keys(table.windows) and all(w.rows is not None for w in table.windows)
+    first = F.col("row_index") == 0
+    counts = [F.count(F.lit(1)).alias("rows")] if counted else []
+    [found] = (rows if counted else first_rows(rows)).agg(
+        F.max_by(F.when(first, F.struct("columns", "type_names", "type_mods", "key_columns")),
+                 F.when(first, F.struct("read_at", "chunk_id"))).alias("shape"),
+        F.collect_set(F.when(first, F.col("columns"))).alias("column_lists"),
+        F.collect_set(F.when(first, F.col("key_columns"))).alias("key_lists"),
+        F.count(F.when(first, 1)).alias("chunks"), *counts).collect()
     # Every chunk's rows are read with its first row's columns (with_chunk_columns): a
     # chunk with rows but without its first row would vanish from silver, so stop instead.
     with_rows = sum(1 for w in table.windows if w.rows)
@@ -61,7 +70,9 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     schema, name = split_table(table.name)
     newest = None if found.shape is None else shape_from_row(schema, name, found.shape)
     lists = found.column_lists or []
-    return ChunkShapes(newest, tuple(lists[0]) if len(lists) == 1 else None)
+    one_per_key = (newest is not None and counted and found.rows == sum(w.rows for w in table.windows)
+                   and len(found.key_lists or []) == 1)
+    return ChunkShapes(newest, tuple(lists[0]) if len(lists) == 1 else None, one_per_key)
 
 
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
@@ -84,9 +95,11 @@ def _table_rows(run: SilverContext, table: TableScan, new: bool = False) -> Data
 
 
 def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after: Position,
-                 upto: Position, chunk_columns: tuple[str, ...] | None = None) -> DataFrame:
+                 upto: Position, chunk_columns: tuple[str, ...] | None = None
+                 ) -> tuple[DataFrame, DataFrame]:
     """The table's text events in (after, upto], backfill chunks reconciled in
-    (`chunk_columns`: the column list every chunk has, if they all have the same)."""
+    (`chunk_columns`: the column list every chunk has, if they all have the same), and
+    its change events alone (a plan that needs only them need not reconcile chunks)."""
     keys = shape.key_columns
     rows = _table_rows(run, table, new=True)
     new = rows.filter(is_within(F.col("commit_lsn"), F.col("change_index"), after, upto))
@@ -95,7 +108,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
         events = expand_key_changes(events, keys)
     chunk_rows = _chunk_rows(run, table)
     if chunk_rows is None:
-        return events
+        return events, events
     history = _window_history(run, table)
     window_changes = (changes_to_events(history, shape)
                       .transform(lambda df: expand_key_changes(df, keys)))
@@ -107,7 +120,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     chunks = reconcile_chunks(snapshot_rows(with_chunk_columns(chunk_rows, chunk_columns), shape),
                               windows, window_changes, truncates, keys,
                               [c.name for c in shape.columns])
-    return events.unionByName(chunks)
+    return events.unionByName(chunks), events
 
 
 def _window_history(run: SilverContext, table: TableScan) -> DataFrame:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from pipelines.bronze.watermarks import HALF_RING, XID_MODULO, Snapshot
+from pipelines.bronze.watermarks import HALF_RING, XID_MODULO, KeyRange, Snapshot
 from pipelines.bronze.watermarks import parse_watermark as parse_body
 from pipelines.errors import DataError
 from pipelines.positions import Position
@@ -36,6 +36,7 @@ class LandedWatermark:
     commit_ts: datetime | None = None
     snapshot: Snapshot | None = None
     rows: int | None = None  # high: the chunk's rows (None: written before it was recorded)
+    keys: KeyRange | None = None  # high: the keys the chunk read (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ChunkWindow:
     high_commit_ts: datetime | None
     snapshot: Snapshot | None
     rows: int | None = None  # the chunk's rows in bronze/snapshots, if its high says
+    keys: KeyRange | None = None  # the keys it read, if its high says
 
 
 def parse_watermark(content: bytes | str, position: Position,
@@ -60,7 +62,7 @@ def parse_watermark(content: bytes | str, position: Position,
     except DataError as exc:
         raise DataError(f"bronze/changes at position {position}: {exc}") from exc
     return LandedWatermark(body.backfill_id, body.chunk_id, body.table, body.kind, position,
-                     commit_ts, body.snapshot, body.rows)
+                     commit_ts, body.snapshot, body.rows, body.keys)
 
 
 def chunk_windows(watermarks: Iterable[LandedWatermark]) -> list[ChunkWindow]:
@@ -83,8 +85,20 @@ def chunk_windows(watermarks: Iterable[LandedWatermark]) -> list[ChunkWindow]:
                             "watermark in bronze/changes; bronze is incomplete")
         windows.append(ChunkWindow(high.backfill_id, high.chunk_id, high.table, low.position,
                                    high.position, high.commit_ts,
-                                   high.snapshot or low.snapshot, high.rows))
+                                   high.snapshot or low.snapshot, high.rows, high.keys))
     return windows
+
+
+def disjoint_keys(windows: Sequence[ChunkWindow]) -> bool:
+    """Whether no key is in two of these chunks: they are of one backfill and each
+    non-empty one starts at the cursor the one before it ended at (a chunk re-read after
+    a crash starts at an earlier cursor; another backfill reads the same keys again).
+    Each chunk's key range is what its high watermark says (none said: not proven)."""
+    if any(w.keys is None for w in windows) or len({w.backfill_id for w in windows}) > 1:
+        return False
+    read = [w.keys for w in sorted(windows, key=lambda w: w.chunk_id)
+            if w.keys is not None and w.keys.last is not None]
+    return all(later.after == earlier.last for earlier, later in zip(read, read[1:]))
 
 
 def invisible_to_snapshot(xid: Column, xmin: Column, xmax: Column, xip: Column) -> Column:

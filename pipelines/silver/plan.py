@@ -39,6 +39,7 @@ class BatchPlan:
     silver: TableRef
     marks: TableRef  # the tombstones
     events: DataFrame  # text events in (after, upto], chunks reconciled in
+    changes: DataFrame | None  # the same without the chunks' rows (None: there are none)
     toast: list[str] | None  # the columns an event may leave unchanged (None: any)
     schema: SchemaPlan  # the columns the batch adds or widens
     target: StructType  # silver's schema now (or the one it is created with)
@@ -47,6 +48,7 @@ class BatchPlan:
     marks_bounds: MarkBounds | None  # what their log says of them (None: no tombstone)
     after: Position  # the table's progress before the batch
     replace_tables: bool  # a rebuild: silver and tombstones are replaced
+    one_chunk_row_per_key: bool = False  # proven of the chunks (bronze_batch.ChunkShapes)
 
     @property
     def keys(self) -> list[str]:
@@ -120,11 +122,16 @@ def plan_batch(run: SilverContext, table: TableScan, before: TableProgress, upto
     marked = run.schema(marks) if not replace_tables and run.exists(marks) else None
     bounds = tombstone_bounds(marks) if marked is not None else None
     toast = toast_columns(run, table, shape)
+    events, changes = batch_events(run, table, shape, before.position, upto,
+                                   chunks.same_columns)
+    if not (table.inserts or table.updates or table.deletes):
+        changes = None  # bronze's statistics say so
     plan = BatchPlan(
         table, shape, floor, floor is not None and floor != before.floor, silver, marks,
-        batch_events(run, table, shape, before.position, upto, chunks.same_columns), toast,
+        events, changes, toast,
         plan_schema(shape.qualified_name, target, batch_fields), target, silver_exists,
-        marked, bounds, before.position, replace_tables)
+        marked, bounds, before.position, replace_tables,
+        chunks.one_per_key and chunks.newest.key_columns == shape.key_columns)
     _check_keys(plan)
     if run.keeps_history(table.name):
         history_tables.tracked_columns(run, table, shape, plan.value_columns)

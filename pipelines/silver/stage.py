@@ -54,10 +54,11 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
     if run.keeps_history(scan.name):
         every = stage_every(run, _typed(plan, filled_events(plan.events, shape, plan.toast,
                                                             scan.moved)), shape)
-        source = newest_events(every, shape, plan.floor)
+        source = newest_events(every, shape, plan.floor, plan.one_chunk_row_per_key)
     else:
         source = _typed(plan, latest_events(plan.events, shape, plan.floor, plan.toast,
-                                            moved_rows=scan.moved))
+                                            scan.moved, plan.one_chunk_row_per_key,
+                                            plan.changes))
     if scan.moved and plan.silver_exists:
         source = _filled_from_old_keys(run, plan, source)
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)

@@ -13,7 +13,7 @@ import pytest
 
 from pipelines.backfill.source_tables import table_shape
 from pipelines.backfill.chunk import chunk_statement, copy_out, parse_csv, take_snapshot
-from pipelines.bronze.watermarks import Snapshot, Watermark, parse_watermark
+from pipelines.bronze.watermarks import KeyRange, Snapshot, Watermark, parse_watermark
 from pipelines.bronze.schema import WATERMARK_PREFIX
 from pipelines.errors import DataError
 from pipelines.ingest.pgoutput import Begin, Commit, LogicalMessage, decode_message
@@ -63,7 +63,7 @@ def test_every_chunk_has_a_low_then_a_high_watermark_around_its_select(items):
         body = json.loads(message.content)
         mark = parse_watermark(message.content)
         expected_keys = {"backfill_id", "chunk_id", "table", "kind"} | (
-            {"snapshot", "rows"} if mark.kind == "high" else set())
+            {"snapshot", "rows", "keys"} if mark.kind == "high" else set())
         assert set(body) == expected_keys
         assert (mark.chunk_id, mark.kind) not in marks, "a chunk id was used twice"
         marks[(mark.chunk_id, mark.kind)] = ((commit_lsn, index), xid, mark)
@@ -86,17 +86,39 @@ def test_every_chunk_has_a_low_then_a_high_watermark_around_its_select(items):
     rows = Counter(r["chunk_id"] for r in snapshot_rows(items))
     assert set(rows) <= set(chunk_ids)
     assert {c: marks[(c, "high")][2].rows for c in chunk_ids} == {c: rows[c] for c in chunk_ids}
+    # each high watermark names the keys its chunk read: after the one before it ended
+    ranges = [marks[(c, "high")][2].keys for c in chunk_ids]
+    assert ranges[0].after is None
+    assert all(later.after == earlier.last for earlier, later in zip(ranges, ranges[1:]))
+    for chunk_id, keys in zip(chunk_ids, ranges):
+        ids = sorted(int(r["values"][0]) for r in snapshot_rows(items)
+                     if r["chunk_id"] == chunk_id)
+        assert keys.last == (str(ids[-1]),)
+        assert keys.after is None or int(keys.after[0]) < ids[0]
 
 
 def test_watermark_json_round_trips():
-    high = Watermark("b", 7, "public.t", "high", Snapshot(10, 15, (11, 13)), 40)
+    high = Watermark("b", 7, "public.t", "high", Snapshot(10, 15, (11, 13)), 40,
+                     KeyRange(("a", "1"), ("c", "9")))
     assert json.loads(high.to_json()) == {"backfill_id": "b", "chunk_id": 7, "table": "public.t",
                                           "kind": "high",
                                           "snapshot": {"xmin": 10, "xmax": 15, "xip": [11, 13]},
-                                          "rows": 40}
+                                          "rows": 40,
+                                          "keys": {"after": ["a", "1"], "last": ["c", "9"]}}
     assert parse_watermark(high.to_json()) == high
+    first = Watermark("b", 0, "public.t", "high", Snapshot(10, 15), 0, KeyRange(None, None))
+    assert parse_watermark(first.to_json()) == first
     low = parse_watermark(Watermark("b", 0, "public.t", "low").to_json())
-    assert low.snapshot is None and low.rows is None
+    assert low.snapshot is None and low.rows is None and low.keys is None
+
+
+@pytest.mark.parametrize("keys", ['{"after": null}', '{"after": "7", "last": null}',
+                                  '{"after": [], "last": null}', '{"after": [7], "last": null}'])
+def test_watermark_with_a_bad_key_range_is_a_data_error(keys):
+    content = '{"backfill_id": "b", "chunk_id": 1, "table": "public.t", "kind": "high", ' \
+              f'"keys": {keys}}}'
+    with pytest.raises(DataError, match="malformed backfill watermark"):
+        parse_watermark(content)
 
 
 @pytest.mark.parametrize("rows", ["-1", "1.5", "true", '"7"'])

@@ -3,8 +3,10 @@ import json
 import pytest
 
 from pipelines.errors import DataError
+from pipelines.bronze.watermarks import KeyRange
 from pipelines.silver.chunk_windows import (
-    ChunkWindow, Snapshot, LandedWatermark, chunk_windows, invisible_to_snapshot, parse_watermark)
+    ChunkWindow, Snapshot, LandedWatermark, chunk_windows, disjoint_keys, invisible_to_snapshot,
+    parse_watermark)
 
 EPOCH1 = 1 << 32
 SNAPSHOT = Snapshot(xmin=EPOCH1 + 5, xmax=EPOCH1 + 20, xip=(EPOCH1 + 7, EPOCH1 + 9))
@@ -70,3 +72,22 @@ def test_the_window_filter_of_many_chunks_stays_within_spark_connects_depth(spar
                                  "commit_lsn long, change_index long, xid long")
     kept = rows.filter(window_candidates(windows)).collect()
     assert sorted((r.commit_lsn, r.xid) for r in kept) == [(50, 7), (50, 645), (150, 1)]
+
+
+def chunk(chunk_id, after, last, backfill="b"):
+    keys = None if after == "unknown" else KeyRange(after and (after,), last and (last,))
+    return ChunkWindow(backfill, chunk_id, "public.items", (chunk_id, 0), (chunk_id, 1), None,
+                       None, keys=keys)
+
+
+@pytest.mark.parametrize("windows, disjoint", [
+    ([chunk(2, "4", "8"), chunk(1, None, "4"), chunk(3, "8", "9")], True),  # in chunk order
+    ([chunk(1, None, "4"), chunk(2, "4", None), chunk(3, "4", "9")], True),  # an empty one
+    ([chunk(5, "8", "12")], True),  # earlier chunks in earlier batches
+    ([chunk(1, None, "4"), chunk(2, None, "8")], False),  # re-read from the first key
+    ([chunk(1, None, "4"), chunk(3, "6", "9")], False),  # a chunk between not in the batch
+    ([chunk(1, None, "4"), chunk(2, "4", "8", backfill="c")], False),  # another backfill
+    ([chunk(1, None, "4"), chunk(2, "unknown", None)], False),  # a range not recorded
+])
+def test_chunks_are_disjoint_when_each_starts_where_the_one_before_ended(windows, disjoint):
+    assert disjoint_keys(windows) is disjoint

@@ -255,9 +255,9 @@ def test_chunks_need_the_toast_fill_only_after_a_window_change_left_a_value_unch
 
     seen = []
 
-    def spy(events, shape, floor=None, toast_columns=None, moved_rows=True):
+    def spy(events, shape, floor=None, toast_columns=None, moved_rows=True, *rest):
         seen.append(toast_columns)
-        return latest_events(events, shape, floor, toast_columns, moved_rows)
+        return latest_events(events, shape, floor, toast_columns, moved_rows, *rest)
 
     latest_events = stage.latest_events
     monkeypatch.setattr(stage, "latest_events", spy)
@@ -301,6 +301,48 @@ def test_a_chunk_without_its_first_row_stops_the_table(spark, lake, config):
     report = run_silver(config, spark)
     assert [t.table for t in report.failed] == ["public.items"]
     assert "1 of 2 backfill chunks have no first row" in report.failed[0].error
+
+
+def test_chunks_proven_one_row_per_key_skip_the_ordering_and_the_rest_still_apply(
+        spark, lake, config, monkeypatch):
+    """Chunks that follow each other's cursors are one row per key: their lone rows skip
+    the per-key ordering, a row whose key a change touched does not, and a chunk whose
+    rows landed in bronze twice (more rows than its high watermark says) is not proven
+    so: silver holds every key once either way."""
+    from pipelines.silver import batch
+
+    split = []
+    lone_chunk_rows = batch.lone_chunk_rows
+
+    def spy(events, keys, changes):
+        alone, others = lone_chunk_rows(events, keys, changes)
+        split.append(sorted(r.id for r in alone.select("id").collect()))
+        return alone, others
+
+    monkeypatch.setattr(batch, "lone_chunk_rows", spy)
+    first, second = {"after": None, "last": ["101"]}, {"after": ["101"], "last": ["102"]}
+    lake.append_changes([ITEMS.watermark(18, 0, "b1", 1, "low"),
+                         ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=2, keys=first),
+                         ITEMS.watermark(21, 0, "b1", 2, "low"),
+                         ITEMS.update(21, 1, id=102, name="changed", doc="C102", xid=95),
+                         ITEMS.watermark(22, 0, "b1", 2, "high", SNAP, rows=1, keys=second),
+                         ITEMS.update(23, 0, id=101, name="later", unchanged=["doc"])])
+    rows = [ITEMS.chunk_row("b1", 1, 0, id=100, name="a", doc="P100"),
+            ITEMS.chunk_row("b1", 1, 1, id=101, name="b", doc="P101"),
+            ITEMS.chunk_row("b1", 2, 0, id=102, name="c", doc="P102")]
+    lake.append_snapshots(rows)
+    assert not run_silver(config, spark).failed
+    assert split == [["100"]]
+    assert items(spark, config) == [(100, "a", "P100"), (101, "later", "P101"),
+                                    (102, "changed", "C102")]
+
+    lake.append_changes([ITEMS.watermark(30, 0, "b1", 3, "low"),
+                         ITEMS.watermark(31, 0, "b1", 3, "high", SNAP, rows=1,
+                                         keys={"after": ["102"], "last": ["103"]})])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 3, 0, id=103, name="d", doc="P103")] * 2)
+    assert not run_silver(config, spark).failed
+    assert split == [["100"]]  # twice in bronze: ordered per key like any batch
+    assert items(spark, config)[-1:] == [(103, "d", "P103")]
 
 
 def test_chunks_of_one_batch_with_different_columns_read_each_by_its_own(spark, lake, config):

@@ -37,7 +37,8 @@ def silver(spark, lake: BronzeLake) -> list[tuple]:
 # Seeds picked by mutation: without the snapshot-visibility rule, the TOAST supply from
 # dropped chunk rows, or the truncate that spoils a chunk, one of them fails. Classic
 # Spark runs one seed of each property: the engines' agreement, at minutes a seed.
-@pytest.mark.parametrize("seed", [pytest.param(12, marks=pytest.mark.sail_only), 14])
+@pytest.mark.parametrize("seed", [pytest.param(12, marks=pytest.mark.sail_only),
+                                  pytest.param(203, marks=pytest.mark.sail_only), 14])
 def test_any_batching_and_replay_converges_to_the_source(spark, tmp_path, seed):
     history, final = generate(seed)
     expected = [(k, *v) for k, v in sorted(final.items())]

@@ -90,13 +90,17 @@ class Table:
 
     def watermark(self, lsn: int, index: int, backfill_id: str, chunk_id: int, kind: str,
                   snapshot: Mapping[str, Any] | None = None, xid: int | None = None,
-                  rows: int | None = None) -> dict:
+                  rows: int | None = None, keys: Mapping[str, Any] | None = None) -> dict:
+        """A watermark message; `keys`: a high one's key range ({"after": [..] or None,
+        "last": [..] or None})."""
         content = {"backfill_id": backfill_id, "chunk_id": chunk_id, "table": self.name,
                    "kind": kind}
         if snapshot is not None:
             content["snapshot"] = dict(snapshot)
         if rows is not None:
             content["rows"] = rows
+        if keys is not None:
+            content["keys"] = dict(keys)
         return {"commit_lsn": lsn, "change_index": index, "end_lsn": lsn + 1,
                 "xid": xid if xid is not None else lsn, "commit_ts": ts(lsn),
                 "op": OP_MESSAGE, "message_prefix": WATERMARK_PREFIX,

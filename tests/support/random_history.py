@@ -64,17 +64,23 @@ class History:
         self.landed.append(("changes", [T.truncate(self.lsn, 0, self.xid)]))
 
     def watermark(self, chunk: str, kind: str, snapshot: dict | None = None,
-                  rows: int | None = None, backfill_id: str = "bf") -> None:
+                  rows: int | None = None, backfill_id: str = "bf",
+                  keys: dict | None = None) -> None:
         self.lsn += 1
         self.xid += 1
         self.landed.append(("changes", [T.watermark(self.lsn, 0, backfill_id, int(chunk),
-                                                    kind, snapshot, xid=self.xid, rows=rows)]))
+                                                    kind, snapshot, xid=self.xid, rows=rows,
+                                                    keys=keys)]))
 
     def backfill(self, backfill_id: str = "bf", truncates: bool = True) -> None:
         """A DBLog backfill in three chunks racing with changes, a transaction committed
-        before a low watermark but invisible to the chunk's snapshot among them."""
+        before a low watermark but invisible to the chunk's snapshot among them. At
+        times the second chunk reads from the first key again, as after a crash that lost
+        the cursor past the first: its keys overlap the first chunk's."""
         rng = self.rng
-        chunks = [(1, 5), (5, 12), (12, 10 ** 6)]  # key ranges [lo, hi), read in order
+        reread = rng.random() < 0.3
+        chunks = [(1, 5), (1 if reread else 5, 12), (12, 10 ** 6)]  # keys [lo, hi)
+        cursor = None  # the key the next chunk reads after (None: from the first)
         for number, (lo, hi) in enumerate(chunks, start=1):
             for _ in range(rng.randint(0, 3)):
                 self.random_change()
@@ -91,6 +97,10 @@ class History:
                     else:
                         state[key] = value
             read = [(k, v) for k, v in sorted(state.items()) if lo <= k < hi]
+            after = None if reread and number == 2 else cursor
+            last = str(read[-1][0]) if read else None
+            keys = {"after": after and [after], "last": last and [last]}
+            cursor = last or after
             rows = [T.chunk_row(backfill_id, number, i, id=k, name=v[0], doc=v[1])
                     for i, (k, v) in enumerate(read)]
             self.landed.append(("snapshots", rows))
@@ -100,7 +110,7 @@ class History:
             snapshot = {"xmin": EPOCH + xmin, "xmax": EPOCH + self.xid + 1,
                         "xip": [EPOCH + invisible[0]] if invisible else []}
             self.watermark(str(number), "high", snapshot, rows=len(rows),
-                           backfill_id=backfill_id)
+                           backfill_id=backfill_id, keys=keys)
             if truncates and rng.random() < 0.15:
                 self.truncate()
 
