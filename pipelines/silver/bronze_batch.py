@@ -30,6 +30,7 @@ from pipelines.silver.resync import generation_start
 from pipelines.silver.scan import TableScan
 from pipelines.silver.table_shape import TableShape
 from pipelines.silver.tables import SilverContext
+from pipelines.spark_jobs import is_classic
 
 MAX_SNAPSHOT_TERMS = 64
 
@@ -50,8 +51,11 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     if rows is None:
         return ChunkShapes(None, None)
     # Counting every chunk row costs a scan of them; only a batch whose chunks may be
-    # proven one row per key asks (else the first rows alone are read).
-    counted = disjoint_keys(table.windows) and all(w.rows is not None for w in table.windows)
+    # proven one row per key asks (else the first rows alone are read). Not on a classic
+    # driver: there the extra joins that skip the ordering cost a batch more Spark jobs
+    # (each reading the chunks again) than ordering them saves.
+    counted = (not is_classic(run.spark) and disjoint_keys(table.windows)
+               and all(w.rows is not None for w in table.windows))
     first = F.col("row_index") == 0
     counts = [F.count(F.lit(1)).alias("rows")] if counted else []
     [found] = (rows if counted else first_rows(rows)).agg(
