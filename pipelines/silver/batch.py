@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -41,9 +41,8 @@ def newest_events(events: DataFrame, shape: TableShape, floor: Position | None,
     """Filled events -> the newest event per key, above the floor (one_chunk_row_per_key:
     see `lone_chunk_rows`)."""
     if one_chunk_row_per_key:
-        changes = events.filter(F.col(CHANGE) != SNAPSHOT)
-        alone, others = lone_chunk_rows(events, shape.key_columns, changes)
-        return above_floor(alone.unionByName(newest_events(others, shape, None)), floor)
+        return _lone_rows_apart(events, shape, floor, events.filter(F.col(CHANGE) != SNAPSHOT),
+                                lambda others: newest_events(others, shape, None))
     return above_floor(latest_change_per_key(events, shape.key_columns), floor)
 
 
@@ -58,10 +57,17 @@ def latest_events(events: DataFrame, shape: TableShape, floor: Position | None =
     if one_chunk_row_per_key:
         if changes is None:
             return above_floor(events, floor)
-        alone, others = lone_chunk_rows(events, shape.key_columns, changes)
-        return above_floor(alone.unionByName(
-            latest_events(others, shape, None, toast_columns, moved_rows)), floor)
+        return _lone_rows_apart(events, shape, floor, changes, lambda others: latest_events(
+            others, shape, None, toast_columns, moved_rows))
     return newest_events(filled_events(events, shape, toast_columns, moved_rows), shape, floor)
+
+
+def _lone_rows_apart(events: DataFrame, shape: TableShape, floor: Position | None,
+                     changes: DataFrame, reduce: Callable[[DataFrame], DataFrame]
+                     ) -> DataFrame:
+    """The lone chunk rows as they are, `reduce` over the other events, above the floor."""
+    alone, others = lone_chunk_rows(events, shape.key_columns, changes)
+    return above_floor(alone.unionByName(reduce(others)), floor)
 
 
 def lone_chunk_rows(events: DataFrame, keys: Sequence[str], changes: DataFrame

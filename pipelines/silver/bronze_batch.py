@@ -74,8 +74,8 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     schema, name = split_table(table.name)
     newest = None if found.shape is None else shape_from_row(schema, name, found.shape)
     lists = found.column_lists or []
-    one_per_key = (newest is not None and counted and found.rows == sum(w.rows for w in table.windows)
-                   and len(found.key_lists or []) == 1)
+    one_per_key = (newest is not None and counted and len(found.key_lists or []) == 1
+                   and found.rows == sum(w.rows for w in table.windows))
     return ChunkShapes(newest, tuple(lists[0]) if len(lists) == 1 else None, one_per_key)
 
 
