@@ -27,8 +27,9 @@ pytestmark = pytest.mark.postgres
 
 
 def workload(dsn: str, stop: threading.Event, seed: int, changes: tuple[int, int] = (1, 20),
-             name: str = "v0") -> int:
-    """Transactions of inserts, updates, deletes; survives a server restart."""
+             name: str = "v0", pause: float = 0.01) -> int:
+    """Transactions of inserts, updates, deletes, up to `pause` seconds apart; survives a
+    server restart."""
     rng = random.Random(seed)
     next_id, commits = 1, 0
     while not stop.is_set():
@@ -49,7 +50,7 @@ def workload(dsn: str, stop: threading.Event, seed: int, changes: tuple[int, int
                                          (rng.randrange(1, next_id),))
                     conn.commit()
                     commits += 1
-                    time.sleep(rng.random() * 0.01)
+                    time.sleep(rng.random() * pause)
         except psycopg.OperationalError:
             time.sleep(0.3)  # server restarting
     return commits
@@ -204,8 +205,10 @@ def kill_while_streaming(source: Config, pg_server, tmp_path) -> None:
 
     stop = threading.Event()
     result = {}
+    # Paced: the kills need large transactions in flight, not a backlog. Unpaced, a fast
+    # server outruns 300-row commits to S3, and the final drain grows with its speed.
     worker = threading.Thread(target=lambda: result.update(
-        commits=workload(dsn, stop, 3, changes=(200, 1500), name="v" * 200)))
+        commits=workload(dsn, stop, 3, changes=(200, 1500), name="v" * 200, pause=1.0)))
     worker.start()
     rng = random.Random(4)
     try:
