@@ -340,6 +340,29 @@ def statistics_bound(actions: "pa.Table", column: str, pick: "Callable") -> int 
     return int(pick(values).as_py())  # a decimal's digits exactly
 
 
+def data_files(where: Where, column: str, low: int | None = None,
+               high: int | None = None) -> list[str]:
+    """The URIs of the data files, in log order, whose statistics say they may hold a
+    value of the integer `column` in [low, high] (a file without statistics may hold any):
+    for an append-only table without partitions or deletion vectors (bronze), whose files
+    are its rows, the files a read needs, chosen from the log alone."""
+    import pyarrow as pa
+
+    where = location(where)
+    actions = pa.table(where.open().get_add_actions(flatten=True))
+    paths = actions.column("path").to_pylist()
+    smallest, largest = _statistic(actions, f"min.{column}"), _statistic(actions, f"max.{column}")
+    root = where.uri.rstrip("/")
+    return [f"{root}/{path}" for path, lo, hi in zip(paths, smallest, largest)
+            if not (low is not None and hi is not None and hi < low)
+            and not (high is not None and lo is not None and lo > high)]
+
+
+def _statistic(actions: "pa.Table", name: str) -> list[int | None]:
+    return actions.column(name).to_pylist() if name in actions.column_names \
+        else [None] * actions.num_rows
+
+
 def read_delta(where: Where, columns: list[str] | None = None,
                filter: "pc.Expression | None" = None) -> "pa.Table":
     """A Delta table (or some columns of it) as Arrow.

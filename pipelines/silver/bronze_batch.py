@@ -14,9 +14,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType
 
-from pipelines.bronze.schema import OP_TRUNCATE
-from pipelines.catalog import TableRef, read_table
+from pipelines.bronze.schema import OP_TRUNCATE, SNAPSHOTS_SCHEMA
+from pipelines.bronze.watermarks import Snapshot
 from pipelines.errors import DataError
+from pipelines.lake import data_files
+from pipelines.local_frames import local_frame
 from pipelines.names import split_table
 from pipelines.position_columns import is_after_position, is_within
 from pipelines.positions import Position
@@ -82,19 +84,17 @@ def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
 def _chunk_rows(run: SilverContext, table: TableScan) -> DataFrame | None:
     if not table.windows or not run.lake.bronze_snapshots.exists():
         return None
-    schema, name = split_table(table.name)
-    ids = run.spark.createDataFrame([(w.backfill_id, w.chunk_id) for w in table.windows],
-                                    "backfill_id string, chunk_id long")
-    return (read_table(run.spark, TableRef(path=run.lake.bronze_snapshots))
-            .filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
-            .join(ids, ["backfill_id", "chunk_id"]))
+    chunk_ids = [w.chunk_id for w in table.windows]
+    files = data_files(run.lake.bronze_snapshots, "chunk_id", min(chunk_ids), max(chunk_ids))
+    return _of_table(run.bronze_files(files, SNAPSHOTS_SCHEMA), table).filter(
+        _any([(F.col("backfill_id") == F.lit(backfill))
+              & F.col("chunk_id").isin(sorted({w.chunk_id for w in table.windows
+                                               if w.backfill_id == backfill}))
+              for backfill in sorted({w.backfill_id for w in table.windows})]))
 
 
-def _table_rows(run: SilverContext, table: TableScan, new: bool = False) -> DataFrame:
-    """The table's bronze rows: all of them, or (`new`) those of the files that hold its
-    new rows, read as plain Parquet (no Delta snapshot of bronze to build)."""
+def _of_table(rows: DataFrame, table: TableScan) -> DataFrame:
     schema, name = split_table(table.name)
-    rows = run.bronze_files(table.files) if new else run.changes
     return rows.filter((F.col("schema_name") == schema) & (F.col("table_name") == name))
 
 
@@ -105,7 +105,7 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     (`chunk_columns`: the column list every chunk has, if they all have the same), and
     its change events alone (a plan that needs only them need not reconcile chunks)."""
     keys = shape.key_columns
-    rows = _table_rows(run, table, new=True)
+    rows = _of_table(run.bronze_files(table.files), table)
     new = rows.filter(is_within(F.col("commit_lsn"), F.col("change_index"), after, upto))
     events = changes_to_events(new, shape)
     if table.moved:  # else no update sent an old key: skip a second read of the rows
@@ -119,8 +119,8 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
     truncates = history.filter(F.col("op") == OP_TRUNCATE).select(
         F.col("commit_lsn").alias(LSN), F.col("change_index").alias(CHANGE_INDEX),
         F.col("xid").alias(XID))
-    windows = run.spark.createDataFrame(window_rows(table.windows, run.generation_starts),
-                                      WINDOW_SCHEMA)
+    windows = local_frame(run.spark, window_rows(table.windows, run.generation_starts),
+                          WINDOW_SCHEMA)
     chunks = reconcile_chunks(snapshot_rows(with_chunk_columns(chunk_rows, chunk_columns), shape),
                               windows, window_changes, truncates, keys,
                               [c.name for c in shape.columns])
@@ -130,7 +130,10 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
 def _window_history(run: SilverContext, table: TableScan) -> DataFrame:
     """The table's bronze rows that may fall in the window of a chunk it applies."""
     newest_high = max(w.high for w in table.windows)
-    return (_table_rows(run, table).filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
+    files = data_files(run.lake.bronze_changes, "commit_lsn",
+                       window_floor(table.windows, run.generation_starts), newest_high[0])
+    return (_of_table(run.bronze_files(files), table)
+            .filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
             .filter(window_candidates(table.windows, run.generation_starts)))
 
 
@@ -157,17 +160,37 @@ def window_candidates(windows: Sequence[ChunkWindow],
     slot generations (a superset; the exact test is per chunk, in reconcile_chunks)."""
     earliest = min(w.low for w in windows)
     after = is_after_position(F.col("commit_lsn"), F.col("change_index"), earliest)
-    snapshots = {w.snapshot for w in windows if w.snapshot is not None}
+    snapshots = _snapshots(windows)
     if len(snapshots) > MAX_SNAPSHOT_TERMS:  # too long an expression: read all history
         return F.lit(True)
     if not snapshots:
         return after
-    since = min(generation_start(generation_starts, w.low[0]) for w in windows)
     unseen = [invisible_to_snapshot(F.col("xid"), F.lit(snap.xmin), F.lit(snap.xmax),
                                     F.array(*(F.lit(x) for x in snap.xip))
                                     .cast(ArrayType(LongType())))
-              for snap in sorted(snapshots, key=lambda snap: (snap.xmin, snap.xmax, snap.xip))]
+              for snap in snapshots]
+    since = _generations_floor(windows, generation_starts)
     return after | ((F.col("commit_lsn") >= F.lit(since)) & _any(unseen))
+
+
+def window_floor(windows: Sequence[ChunkWindow], generation_starts: Sequence[int] = ()) -> int:
+    """The oldest commit LSN window_candidates may keep."""
+    snapshots = _snapshots(windows)
+    if len(snapshots) > MAX_SNAPSHOT_TERMS:
+        return 0
+    earliest = min(w.low for w in windows)[0]
+    return min(earliest, _generations_floor(windows, generation_starts)) if snapshots \
+        else earliest
+
+
+def _snapshots(windows: Sequence[ChunkWindow]) -> list[Snapshot]:
+    return sorted({w.snapshot for w in windows if w.snapshot is not None},
+                  key=lambda snap: (snap.xmin, snap.xmax, snap.xip))
+
+
+def _generations_floor(windows: Sequence[ChunkWindow], generation_starts: Sequence[int]) -> int:
+    """Where the slot generation of the chunks' oldest low watermark starts."""
+    return min(generation_start(generation_starts, w.low[0]) for w in windows)
 
 
 def _any(terms: list[Column]) -> Column:

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from pipelines.bronze.schema import (
     CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
-from pipelines.lake import TableLocation, read_data_file
+from pipelines.lake import TableLocation, data_files, read_data_file
 from pipelines.positions import Position
 
 COLUMNS = ["commit_lsn", "change_index", "commit_ts", "op", "schema_name", "table_name",
@@ -77,24 +77,8 @@ def _files(bronze: TableLocation, from_lsn: int, until: Position | None
            ) -> Iterator[tuple[str, pa.Table]]:
     """The data files that may hold a commit LSN in [from_lsn, until] (URI and rows), in
     log order."""
-    table = bronze.open()
-    actions = pa.table(table.get_add_actions(flatten=True))
-    paths = actions.column("path").to_pylist()
-    low = _stat(actions, "max.commit_lsn")
-    high = _stat(actions, "min.commit_lsn")
-    root = bronze.uri.rstrip("/")
-    for i, path in enumerate(paths):
-        if low[i] is not None and low[i] < from_lsn:
-            continue
-        if until is not None and high[i] is not None and high[i] > until[0]:
-            continue
-        uri = f"{root}/{path}"
+    for uri in data_files(bronze, "commit_lsn", from_lsn, None if until is None else until[0]):
         yield uri, read_data_file(bronze, uri, CHANGES_SCHEMA, COLUMNS)
-
-
-def _stat(actions: pa.Table, name: str) -> list[int | None]:
-    return actions.column(name).to_pylist() if name in actions.column_names \
-        else [None] * actions.num_rows
 
 
 def _new(rows: pa.Table, bounds: Mapping[str, Position], default: Position,

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 from pipelines.catalog import TableRef, save_table, staged
 from pipelines.errors import DataError
 from pipelines.lake import statistics_bound
+from pipelines.local_frames import local_frame
 from pipelines.names import split_table
 from pipelines.position_columns import number_literal
 from pipelines.positions import Position, position_number
@@ -72,7 +73,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
     # versions of the batch's keys) where the table is large.
     base = staged(run.spark, _base(run, target, events, keys, after, bounds),
                   run.lake.history_staging(schema, name, "base")) if exists else \
-        run.spark.createDataFrame([], wanted)
+        local_frame(run.spark, [], wanted)
     fill = [c for c in columns if unchanged is None or c in unchanged]
     filled = fill_from_base(events, base, keys, fill, old_key if table.moved else ())
     versions = staged(run.spark, history_versions(filled, base, keys, columns,

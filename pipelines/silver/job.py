@@ -143,7 +143,7 @@ def _scan_slice(run: SilverContext, config: Config, progress: Progress,
     and the position each table starts from."""
     bounds, default = lower_bounds(progress, scope)
     stopped = {name for name, report in reports.items() if report.error}
-    scan = scan_bronze(run.lake.bronze_changes, run.changes, bounds, default, scope,
+    scan = scan_bronze(run.lake.bronze_changes, lambda: run.changes, bounds, default, scope,
                        lambda: watermarks_before(run.changes, min([default, *bounds.values()])),
                        max_rows=config.silver.max_batch_rows,
                        excluded=stopped,  # not counted, nor scanned, again in this run

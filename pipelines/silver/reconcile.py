@@ -15,7 +15,8 @@ from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, LongType, StringType
+from pyspark.sql.types import (
+    ArrayType, LongType, StringType, StructField, StructType, TimestampType)
 
 from pipelines.position_columns import is_after
 from pipelines.silver.chunk_windows import ChunkWindow, invisible_to_snapshot
@@ -26,10 +27,13 @@ from pipelines.silver.resync import generation_start
 
 # Helper columns are prefixed _cdc_ (a prefix source columns may not use: events.py).
 CHUNK = ["_cdc_backfill_id", "_cdc_chunk_id"]
-WINDOW_SCHEMA = ("_cdc_backfill_id string, _cdc_chunk_id long, _cdc_low_lsn long, "
-                 "_cdc_low_change_index long, _cdc_high_lsn long, _cdc_high_change_index long, "
-                 "_cdc_high_commit_ts timestamp, _cdc_xmin long, _cdc_xmax long, "
-                 "_cdc_xip array<long>, _cdc_since_lsn long")
+WINDOW_SCHEMA = StructType([
+    StructField("_cdc_backfill_id", StringType()), StructField("_cdc_chunk_id", LongType()),
+    *(StructField(f"_cdc_{name}", LongType())
+      for name in ("low_lsn", "low_change_index", "high_lsn", "high_change_index")),
+    StructField("_cdc_high_commit_ts", TimestampType()),
+    StructField("_cdc_xmin", LongType()), StructField("_cdc_xmax", LongType()),
+    StructField("_cdc_xip", ArrayType(LongType())), StructField("_cdc_since_lsn", LongType())])
 TRUNCATE_SCHEMA = f"{LSN} long, {CHANGE_INDEX} long, {XID} long"
 
 
@@ -109,7 +113,7 @@ def reconcile_chunks(chunk_rows: DataFrame, windows: DataFrame, changes: DataFra
 
 def window_rows(windows: Sequence[ChunkWindow],
                 generation_starts: Sequence[int] = ()) -> list[tuple]:
-    """Rows of WINDOW_SCHEMA for `windows` (spark.createDataFrame(rows, WINDOW_SCHEMA));
+    """Rows of WINDOW_SCHEMA for `windows` (local_frames.local_frame(spark, rows, WINDOW_SCHEMA));
     generation_starts: where the lake's slot generations start (resync.generation_start)."""
     return [(w.backfill_id, w.chunk_id, *w.low, *w.high, w.high_commit_ts,
              w.snapshot.xmin if w.snapshot else None, w.snapshot.xmax if w.snapshot else None,

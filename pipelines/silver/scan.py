@@ -119,7 +119,8 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
     return rows.filter(is_after(F.col("commit_lsn"), F.col("change_index"), lsn, index))
 
 
-def scan_bronze(bronze: TableLocation, changes: DataFrame, bounds: dict[str, Position],
+def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
+                bounds: dict[str, Position],
                 default: Position, scope: Iterable[str] | None,
                 older_watermarks: Callable[[], Iterable[LandedWatermark]],
                 max_rows: int | None = None, until: Position | None = None,
@@ -127,7 +128,8 @@ def scan_bronze(bronze: TableLocation, changes: DataFrame, bounds: dict[str, Pos
                 generation_starts: Sequence[int] = ()) -> BronzeScan:
     """Summarize the new rows per table, up to `until` (no Spark job; one action when a
     chunk's low watermark is older than the new rows); `excluded` tables are left out.
-    `bronze` is bronze/changes, which `changes` reads with the engine.
+    `bronze` is bronze/changes, which `changes()` reads with the engine (asked only by
+    a step that needs it: on a classic driver the Delta table costs a Spark job).
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
     them per bucket of commit LSNs (one action, more for a dense burst) and returns
@@ -145,7 +147,7 @@ def scan_bronze(bronze: TableLocation, changes: DataFrame, bounds: dict[str, Pos
     marks = _add_controls(tables, summary)
     _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
     if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
-        rows = new_rows(changes, bounds, default, scope, until, excluded)
+        rows = new_rows(changes(), bounds, default, scope, until, excluded)
         end = first_slice_end(rows, min(s.first for s in summary), upto[0],
                               [(w.high, w.rows or 0) for t in tables.values()
                                for w in t.windows], max_rows)
@@ -228,8 +230,8 @@ def _add_windows(tables: dict[str, TableScan], marks: list[LandedWatermark],
 
 
 def _add_resync_floors(tables: dict[str, TableScan], marks: list[LandedWatermark],
-                       changes: DataFrame, bounds: dict[str, Position], default: Position,
-                       scope: Iterable[str] | None,
+                       changes: Callable[[], DataFrame], bounds: dict[str, Position],
+                       default: Position, scope: Iterable[str] | None,
                        older_watermarks: Callable[[], Iterable[LandedWatermark]],
                        excluded: Collection[str], starts: Sequence[int]) -> None:
     ends = [m for m in marks if m.kind == "resync" and m.table not in excluded
@@ -240,7 +242,7 @@ def _add_resync_floors(tables: dict[str, TableScan], marks: list[LandedWatermark
     every = marks + list(older_watermarks())
     for end in ends:
         scan = _table_scan(tables, end.table)
-        floor = resync_floor(changes, end.table,
+        floor = resync_floor(changes(), end.table,
                              [m for m in every if m.backfill_id == end.backfill_id], starts)
         scan.truncate = max(scan.truncate or floor, floor)
         micros = None if end.commit_ts is None else int(

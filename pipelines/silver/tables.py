@@ -29,6 +29,7 @@ from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists,
     table_schema)
 from pipelines.lake import Lake, TableLocation, statistics_bound
+from pipelines.local_frames import local_frame
 from pipelines.positions import Position
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, XID, col
 from pipelines.silver.evolution import SchemaPlan
@@ -75,15 +76,17 @@ class SilverContext:
         """The table's current version."""
         return read_table(self.spark, table)
 
-    def bronze_files(self, files: Sequence[str]) -> DataFrame:
-        """These data files of bronze/changes (the scan's: a table's new rows), read as
-        Parquet: bronze has no partitions and no deletion vectors, so its files are its
-        rows, and the engine builds no Delta snapshot of a table another writer commits
-        to every second."""
-        schema = from_arrow_schema(CHANGES_SCHEMA)
+    def bronze_files(self, files: Sequence[str], schema: pa.Schema = CHANGES_SCHEMA
+                     ) -> DataFrame:
+        """These data files of a bronze table (`schema`: bronze/changes' or
+        bronze/snapshots'), read as Parquet: bronze has no partitions and no deletion
+        vectors, so its files are its rows, chosen from its log by delta-rs
+        (lake.data_files); the engine builds no Delta snapshot of a table another writer
+        commits to every second, and a classic driver runs no job to filter its files."""
+        spark_schema = from_arrow_schema(schema)
         if not files:
-            return self.spark.createDataFrame([], schema)
-        return self.spark.read.schema(schema).parquet(*files)
+            return local_frame(self.spark, [], spark_schema)
+        return self.spark.read.schema(spark_schema).parquet(*files)
 
     def schema(self, table: TableRef) -> StructType:
         """The table's current schema (from its log for a path: no Spark job)."""
@@ -142,7 +145,7 @@ def create_table(run: SilverContext, table: TableRef, schema: StructType,
     `schema`; none: empty), with the table properties of silver's layout (deletion
     vectors: Maintenance.table_options)."""
     ensure_schema(run.spark, table)
-    rows = run.spark.createDataFrame([], schema) if rows is None else conformed(rows, schema)
+    rows = local_frame(run.spark, [], schema) if rows is None else conformed(rows, schema)
     writer = rows.write.format("delta").options(**run.maintenance.table_options())
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
@@ -178,7 +181,7 @@ def evolve(run: SilverContext, table: TableRef, target: StructType, plan: Schema
         save_table(widened.write.format("delta").mode("overwrite")
                    .option("overwriteSchema", "true"), table)
     if plan.new:
-        empty = run.spark.createDataFrame([], plan.final_schema(target))
+        empty = local_frame(run.spark, [], plan.final_schema(target))
         with _auto_merge(run.spark):
             run.merge(table, lambda view: add_columns_merge_sql(table.sql, view), empty)
 

@@ -9,12 +9,13 @@ import pytest
 from pipelines.silver.job import run_silver
 from pipelines.spark_jobs import counted_jobs
 from tests.support.bronze_builder import Table
-from tests.support.silver_changes import ITEMS
+from tests.support.silver_changes import ITEMS, SNAP, items
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 17  # one table's batch of updates and a delete into an existing table
-UPDATE_JOBS = 12  # then one of updates only: its tombstones are left alone
+BATCH_JOBS = 16  # one table's batch of updates and a delete into an existing table
+UPDATE_JOBS = 11  # then one of updates only: its tombstones are left alone
+CHUNK_JOBS = 12  # a new table's first batch: two backfill chunks and a change in a window
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
@@ -64,4 +65,22 @@ def test_tables_applied_at_once_start_the_jobs_of_each(classic, spark, lake, con
         report = run_silver(config, spark)
     assert [(t.table, t.updates, t.deletes) for t in report.tables] == [
         ("public.items", 5, 1), ("public.twins", 5, 1)]
-    assert batch.jobs == 2 * BATCH_JOBS - 1  # a run starts one of them once, whatever its tables
+    assert batch.jobs == 2 * BATCH_JOBS
+
+
+def test_a_first_batch_of_backfill_chunks_starts_a_fixed_number_of_jobs(classic, spark, lake,
+                                                                         config):
+    lake.append_changes([ITEMS.watermark(18, 0, "b1", 1, "low"),
+                         ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=2),
+                         ITEMS.watermark(21, 0, "b1", 2, "low"),
+                         ITEMS.update(21, 1, id=102, name="changed", doc="C102", xid=95),
+                         ITEMS.watermark(22, 0, "b1", 2, "high", SNAP, rows=1)])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, 0, id=100, name="a", doc="P100"),
+                           ITEMS.chunk_row("b1", 1, 1, id=101, name="b", doc="P101"),
+                           ITEMS.chunk_row("b1", 2, 0, id=102, name="c", doc="P102")])
+    with counted_jobs(spark) as first:
+        report = run_silver(config, spark)
+    assert [t.table for t in report.tables] == ["public.items"]
+    assert first.jobs == CHUNK_JOBS
+    assert items(spark, config) == [(100, "a", "P100"), (101, "b", "P101"),
+                                    (102, "changed", "C102")]
