@@ -130,11 +130,20 @@ def batch_events(run: SilverContext, table: TableScan, shape: TableShape, after:
 def _window_history(run: SilverContext, table: TableScan) -> DataFrame:
     """The table's bronze rows that may fall in the window of a chunk it applies."""
     newest_high = max(w.high for w in table.windows)
-    files = data_files(run.lake.bronze_changes, "commit_lsn",
-                       window_floor(table.windows, run.generation_starts), newest_high[0])
-    return (_of_table(run.bronze_files(files), table)
+    return (_of_table(_changes_up_to(run, table, newest_high[0]), table)
             .filter(F.col("commit_lsn") <= F.lit(newest_high[0]))
             .filter(window_candidates(table.windows, run.generation_starts)))
+
+
+def _changes_up_to(run: SilverContext, table: TableScan, lsn: int) -> DataFrame:
+    """bronze/changes where window changes of the table's chunks may be, up to `lsn`. A
+    classic driver reads the files delta-rs picks (its Delta scan costs a snapshot job
+    and a job to filter files); Sail's Delta scan reads the same rows in far less memory
+    than a list of Parquet paths (a 10M-row first load: 1.6 GB against 6.3 GB peak)."""
+    if not is_classic(run.spark):
+        return run.changes
+    return run.bronze_files(data_files(run.lake.bronze_changes, "commit_lsn",
+                                       window_floor(table.windows, run.generation_starts), lsn))
 
 
 def toast_columns(run: SilverContext, table: TableScan, shape: TableShape) -> list[str] | None:
