@@ -82,7 +82,8 @@ class SilverContext:
         bronze/snapshots'), read as Parquet: bronze has no partitions and no deletion
         vectors, so its files are its rows, chosen from its log by delta-rs
         (lake.data_files); the engine builds no Delta snapshot of a table another writer
-        commits to every second, and a classic driver runs no job to filter its files."""
+        commits to every second, and a classic driver runs no job to filter its files
+        (past 32 paths it lists them in one, spark.sql.sources.parallelPartitionDiscovery)."""
         spark_schema = from_arrow_schema(schema)
         if not files:
             return local_frame(self.spark, [], spark_schema)
