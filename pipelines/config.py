@@ -81,6 +81,7 @@ class SilverConfig:
     deletion_vectors: bool = True  # merge-on-read: a MERGE writes only the rows it changes
     compact_files: int = 50  # compact a table once it has this many small files
     target_file_mb: int = 16  # compaction packs smaller files into files of about this size
+    copy_on_write_mb: int = 8  # a classic driver's MERGE rewrites tables up to this size
     history: tuple[str, ...] | str = ()  # tables with a history table (silver/history.py)
     history_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -336,6 +337,9 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         if isinstance(default, bool):
             ok = isinstance(value, bool)
             expected = "true or false"
+        elif f.name == "copy_on_write_mb":  # 0: never
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            expected = "a whole number, 0 or more"
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
             expected = "a positive whole number"

@@ -56,11 +56,18 @@ def test_config_path_from_environment(tmp_path):
      "source.tables: got 5, expected"),
     (GOOD.replace("lake: {path: ./lake}", "lake: [1]"), "lake: got [1], expected a mapping"),
     ("source: [\n", "is not valid YAML"),
+    (GOOD + "silver: {copy_on_write_mb: -1}\n",
+     "silver.copy_on_write_mb: got -1, expected a whole number, 0 or more"),
 ])
 def test_invalid_config_names_key_value_and_expectation(tmp_path, text, message):
     with pytest.raises(ConfigError, match=None) as info:
         load_config(write(tmp_path, text), environ={})
     assert message in str(info.value)
+
+
+def test_copy_on_write_can_be_turned_off(tmp_path):
+    config = load_config(write(tmp_path, GOOD + "silver: {copy_on_write_mb: 0}\n"), environ={})
+    assert config.silver.copy_on_write_mb == 0
 
 
 def test_missing_file_is_a_config_error(tmp_path):

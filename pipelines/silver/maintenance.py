@@ -57,6 +57,10 @@ class Maintenance(Protocol):
     def table_options(self) -> dict[str, str]:
         """The Delta writer options a new silver or tombstone table is created with."""
 
+    def rewrites(self, table: TableRef) -> bool:
+        """Whether a classic driver's MERGE into the table rewrites the files it touches
+        instead of giving them deletion vectors (silver.copy_on_write_mb)."""
+
 
 class LocalMaintenance:
     """Tables registered in the session's in-memory catalog; logs trimmed, deletion
@@ -137,6 +141,21 @@ class LocalMaintenance:
                  metrics["numFilesRemoved"], metrics["numFilesAdded"])
         return True
 
+    def rewrites(self, table: TableRef) -> bool:
+        # delta-spark's deletion-vector MERGE runs about 8 Spark jobs more than its
+        # copy-on-write one (finding the touched rows, writing the bitmaps): a fixed toll
+        # that on a small table costs more than rewriting the files (docs/silver.md).
+        from deltalake.exceptions import TableNotFoundError
+
+        limit = self.settings.copy_on_write_mb * 1024 * 1024
+        if table.path is None or limit <= 0:
+            return False
+        try:
+            sizes = table.path.open().get_add_actions(flatten=True).column("size_bytes")
+        except TableNotFoundError:
+            return False
+        return sum(sizes.to_pylist()) <= limit
+
     def table_options(self) -> dict[str, str]:
         # A MERGE then marks the rows it replaces instead of rewriting their files, so
         # its cost follows the batch (docs/silver.md, table layout).
@@ -192,6 +211,10 @@ class DatabricksMaintenance:
 
     def table_options(self) -> dict[str, str]:
         return self.lake_tables.table_options()
+
+    def rewrites(self, table: TableRef) -> bool:
+        # a catalog table keeps Databricks' own choice (deletion vectors, for Photon)
+        return self.lake_tables.rewrites(table)
 
 
 def layout_statements(table: str, keys: Sequence[str], deletion_vectors: bool,

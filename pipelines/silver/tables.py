@@ -36,6 +36,7 @@ from pipelines.silver.evolution import SchemaPlan
 from pipelines.silver.maintenance import Maintenance
 from pipelines.silver.merge import (
     add_columns_merge_sql, at_or_below, delete_where_sql, proven_unique)
+from pipelines.silver.merge_modes import PERSISTENT_DELETION_VECTORS, MergeModes
 from pipelines.silver.table_shape import TableShape
 from pipelines.spark_jobs import is_classic
 
@@ -115,8 +116,22 @@ class SilverContext:
     def merge(self, target: TableRef, statement: Callable[[str], str],
               source: DataFrame) -> None:
         """Run the MERGE statement into `target` that `statement` writes for a source
-        view name, with `source` as that view (source_view)."""
-        self.query(target, statement, source).collect()
+        view name, with `source` as that view (source_view); on a classic driver, by
+        rewriting the files it touches if the table is small (Maintenance.rewrites)."""
+        if self.merge_modes is None:
+            self.query(target, statement, source).collect()
+            return
+        with self.merge_modes.writing(not self.maintenance.rewrites(target)):
+            self.query(target, statement, source).collect()
+
+    @cached_property
+    def merge_modes(self) -> MergeModes | None:
+        """A classic driver's MERGE modes; None on Spark Connect, or where the session's
+        own config sets the mode (spark.conf), which then stands."""
+        if not is_classic(self.spark) or \
+                self.spark.conf.get(PERSISTENT_DELETION_VECTORS, None) is not None:
+            return None
+        return MergeModes(self.spark.conf)
 
     def query(self, target: TableRef, select: Callable[[str], str],
               source: DataFrame) -> DataFrame:

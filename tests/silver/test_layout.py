@@ -16,6 +16,7 @@ from pipelines.lake import read_delta
 from pipelines.silver.job import run_silver
 from pipelines.silver.key_ranges import key_range
 from pipelines.silver.merge import silver_merge_sql
+from pipelines.silver.merge_modes import PERSISTENT_DELETION_VECTORS
 from tests.support.bronze_builder import Table
 from tests.support.silver_changes import ITEMS, items
 
@@ -49,6 +50,7 @@ def silver_path(lake, table="items"):
 
 
 def test_a_merge_marks_the_rows_it_replaces_instead_of_rewriting_their_files(spark, lake, config):
+    config = with_silver(config, copy_on_write_mb=0)  # a classic driver rewrites small tables
     lake.append_changes([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(200)])
     run_silver(config, spark)
     lake.append_changes([ITEMS.update(11, 0, id=7, name="seven", doc="d"),
@@ -73,12 +75,36 @@ def test_without_deletion_vectors_tables_are_copy_on_write_until_turned_on(spark
     assert last_merge(silver_path(lake))["numTargetRowsCopied"] == beside > 0
 
     lake.append_changes([ITEMS.update(12, 0, id=4, name="four", doc="d")])
+    config = with_silver(config, copy_on_write_mb=0)  # a classic driver rewrites small tables
     run_silver(config, spark)  # the default turns them on for the existing table
     assert last_merge(silver_path(lake))["numTargetRowsCopied"] == 0
     assert DeltaTable(str(silver_path(lake))).metadata().configuration[
         "delta.enableDeletionVectors"] == "true"
     rows = items(spark, config)
     assert len(rows) == 50 and (3, "three", "d") in rows and (4, "four", "d") in rows
+
+
+def test_a_classic_driver_rewrites_a_small_table_instead_of_marking_rows(spark, engine, lake,
+                                                                         config):
+    """delta-spark's deletion-vector MERGE runs about 8 Spark jobs more than rewriting the
+    files: a classic driver rewrites a table of at most silver.copy_on_write_mb, and
+    leaves the session's setting as it found it. Sail always marks the rows."""
+    lake.append_changes([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(200)])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.update(11, 0, id=7, name="seven", doc="d"),
+                         ITEMS.delete(11, 1, id=8)])
+    run_silver(config, spark)
+    metrics = last_merge(silver_path(lake))
+    if engine == "spark":
+        assert metrics["numTargetRowsCopied"] > 0
+        assert metrics["numTargetDeletionVectorsAdded"] == 0
+        assert spark.conf.get(PERSISTENT_DELETION_VECTORS, None) is None
+    else:
+        assert metrics["numTargetRowsCopied"] == 0
+    rows = items(spark, config)
+    assert len(rows) == 199 and (7, "seven", "d") in rows and not [r for r in rows if r[0] == 8]
+    assert DeltaTable(str(silver_path(lake))).metadata().configuration[
+        "delta.enableDeletionVectors"] == "true"  # the table keeps them for larger batches
 
 
 def test_the_merge_carries_the_batch_key_range_as_literals(spark):

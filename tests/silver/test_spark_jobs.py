@@ -13,8 +13,8 @@ from tests.support.silver_changes import ITEMS, SNAP, items
 
 pytestmark = pytest.mark.spark
 
-BATCH_JOBS = 16  # one table's batch of updates and a delete into an existing table
-UPDATE_JOBS = 11  # then one of updates only: its tombstones are left alone
+BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing table
+UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
 CHUNK_JOBS = 13  # a new table's first batch: two backfill chunks and a change in a window
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
