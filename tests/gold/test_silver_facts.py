@@ -24,10 +24,11 @@ pytestmark = pytest.mark.spark
 def tables(spark, tmp_path):
     """public.items: 20 rows at LSN 10, id 3 updated at LSN 11, the table compacted into
     one file (delta-rs, as silver's maintenance does), then id 3 deleted at LSN 12: a
-    deletion vector on that file, and a tombstone. The silver table by path and by its
+    deletion vector on that file (as on a table above silver.copy_on_write_mb, which a
+    classic driver rewrites), and a tombstone. The silver table by path and by its
     session catalog name, and the tombstones."""
     root = tmp_path / "lake"
-    lake, config = BronzeLake(root), make_config(lake=root)
+    lake, config = BronzeLake(root), make_config(lake=root, silver={"copy_on_write_mb": 0})
     silver = TableRef(path=TableLocation(str(root / "silver" / "public" / "items")))
 
     def applied(changes: list[dict]) -> None:
