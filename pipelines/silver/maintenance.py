@@ -148,7 +148,7 @@ class LocalMaintenance:
         from deltalake.exceptions import TableNotFoundError
 
         limit = self.settings.copy_on_write_mb * 1024 * 1024
-        if table.path is None or limit <= 0:
+        if table.path is None or not limit:
             return False
         try:
             sizes = table.path.open().get_add_actions(flatten=True).column("size_bytes")

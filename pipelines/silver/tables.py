@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -118,10 +118,9 @@ class SilverContext:
         """Run the MERGE statement into `target` that `statement` writes for a source
         view name, with `source` as that view (source_view); on a classic driver, by
         rewriting the files it touches if the table is small (Maintenance.rewrites)."""
-        if self.merge_modes is None:
-            self.query(target, statement, source).collect()
-            return
-        with self.merge_modes.writing(not self.maintenance.rewrites(target)):
+        modes = self.merge_modes
+        with nullcontext() if modes is None else \
+                modes.writing(not self.maintenance.rewrites(target)):
             self.query(target, statement, source).collect()
 
     @cached_property
