@@ -55,7 +55,7 @@ class Maintenance(Protocol):
         True if it did (False too for a table that does not exist)."""
 
     def table_options(self) -> dict[str, str]:
-        """The Delta writer options a new silver or tombstone table is created with."""
+        """The Delta writer options a new silver or history table is created with."""
 
     def rewrites(self, table: TableRef) -> bool:
         """Whether a classic driver's MERGE into the table rewrites the files it touches

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
 from pipelines.bronze.schema import CHANGES_SCHEMA
@@ -165,6 +165,25 @@ def create_table(run: SilverContext, table: TableRef, schema: StructType,
     if replace_table:
         writer = writer.mode("overwrite").option("overwriteSchema", "true")
     save_table(writer, table)
+
+
+def create_tombstones(table: TableRef, schema: StructType, replace_table: bool,
+                      rows: DataFrame | None = None) -> None:
+    """Create a tombstone table (or replace one, for a rebuild) through delta-rs,
+    holding `rows` (of `schema`), few enough to come to the driver in one Spark job (a batch's
+    deletes; none: empty). On a classic driver Delta's own write of a new table costs a
+    job, a commit and a snapshot, about 0.4 s however few its rows; this costs no job
+    beyond collecting the rows. A log of deletes is only appended to and deleted from,
+    never merged into: it keeps the state tables' protocol, without deletion vectors
+    (docs/architecture.md, tables that work everywhere)."""
+    assert table.path is not None, "tombstones live at lake paths on every engine"
+    arrow = to_arrow_schema(schema)
+    data = arrow.empty_table() if rows is None else rows.toArrow().cast(arrow)
+    where = table.path
+    write_deltalake(where.uri, data, mode="overwrite" if replace_table else "error",
+                    schema_mode="overwrite" if replace_table else None,
+                    configuration=where.retention_properties,
+                    storage_options=where.delta_options)
 
 
 def conformed(rows: DataFrame, schema: StructType) -> DataFrame:

@@ -28,7 +28,8 @@ from pipelines.silver.merge import (
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
-    METADATA_FIELDS, SilverContext, append, conformed, create_table, delete_where, evolve)
+    METADATA_FIELDS, SilverContext, append, conformed, create_table, create_tombstones,
+    delete_where, evolve)
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +104,9 @@ def _write_marks(run: SilverContext, plan: BatchPlan, fresh: DataFrame | None) -
     schema = _marks_schema(plan)
     deleted = None if fresh is None else conformed(fresh.filter(F.col(OP) == DELETE), schema)
     if plan.marked is None:
-        create_table(run, plan.marks, schema, plan.replace_tables, deleted)
+        create_tombstones(plan.marks, schema, plan.replace_tables, deleted)
     elif deleted is not None:
         append(plan.marks, deleted)
-    run.maintenance.prepare(run.spark, plan.marks, plan.keys)
 
 
 def _evolve_tables(run: SilverContext, plan: BatchPlan) -> None:

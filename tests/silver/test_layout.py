@@ -69,6 +69,10 @@ def test_a_merge_marks_the_rows_it_replaces_instead_of_rewriting_their_files(spa
     assert metrics["numTargetDeletionVectorsAdded"] >= 1
     protocol = DeltaTable(str(silver_path(lake))).protocol()
     assert protocol.reader_features == ["deletionVectors"]
+    # the tombstones, a log of deletes no MERGE writes, keep the plain protocol
+    marks = lake.root / "_state" / "silver_tombstones" / "public" / "items"
+    assert DeltaTable(str(marks)).protocol()[:2] == (1, 2)
+    assert read_delta(marks, ["id"]).column("id").to_pylist() == [8]
 
 
 def test_without_deletion_vectors_tables_are_copy_on_write_until_turned_on(spark, lake, config):

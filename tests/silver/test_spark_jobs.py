@@ -15,7 +15,7 @@ pytestmark = pytest.mark.spark
 
 BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing table
 UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
-CHUNK_JOBS = 13  # a new table's first batch: two backfill chunks and a change in a window
+CHUNK_JOBS = 11  # a new table's first batch: two backfill chunks and a change in a window
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
