@@ -53,12 +53,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
         current = run.schema(target)
         source_fields = [f for f in wanted.fields if f.name not in HISTORY_COLUMNS]
         evolve(run, target, current, plan_schema(shape.qualified_name, current, source_fields))
-    else:
-        create_table(run, target, wanted, replace_table)
-        log.info("silver %s: history table created at %s", table.name, target)
-    run.maintenance.prepare(run.spark, target, keys)
-
-    if exists:
+        run.maintenance.prepare(run.spark, target, keys)
         close(run, table)
 
     columns = [f.name for f in wanted.fields if f.name not in HISTORY_COLUMNS
@@ -81,28 +76,32 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                                                                   columns),
                                                   table.closings),
                       run.lake.history_staging(schema, name, "versions"))
-    _write_versions(run, target, versions, keys, bounds, after, exists)
+    if exists:
+        _write_versions(run, target, versions, keys, bounds, after)
+    else:  # a new table is its batch's new versions, in one write
+        create_table(run, target, wanted, replace_table,
+                     versions.filter(F.col(VALID_FROM) > number_literal(after)))
+        log.info("silver %s: history table created at %s", table.name, target)
+        run.maintenance.prepare(run.spark, target, keys)
 
 
 def _write_versions(run: SilverContext, target: TableRef, versions: DataFrame,
-                    keys: Sequence[str], bounds: str | None, after: Position,
-                    exists: bool) -> None:
+                    keys: Sequence[str], bounds: str | None, after: Position) -> None:
     """MERGE the versions that started before the batch (they are in the table) and
     append the others (new: far cheaper than matching them); a re-run of the batch
     (its versions are in the table already) MERGEs them all. Each MERGE's source holds
     one row per (key, _valid_from), what it matches on."""
     order = run.schema(target).names  # evolved tables hold new columns last
     version = [*keys, VALID_FROM]
-    if exists and _written_before(run, target, after):
+    if _written_before(run, target, after):
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order,
                                                          bounds),
                   run.unique_source(versions.select(*order), version))
         return
     started = F.col(VALID_FROM) <= number_literal(after)
-    if exists:
-        run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
-                                                         insert=False),
-                  run.unique_source(versions.filter(started).select(*order), version))
+    run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
+                                                     insert=False),
+              run.unique_source(versions.filter(started).select(*order), version))
     save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
                target)
 
