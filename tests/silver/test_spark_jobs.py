@@ -9,6 +9,7 @@ import pytest
 from pipelines.silver.job import run_silver
 from pipelines.spark_jobs import counted_jobs
 from tests.support.bronze_builder import Table
+from tests.support.config import make_config
 from tests.support.silver_changes import ITEMS, SNAP, items
 
 pytestmark = pytest.mark.spark
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.spark
 BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing table
 UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
 CHUNK_JOBS = 11  # a new table's first batch: two backfill chunks and a change in a window
+HISTORY_JOBS = 9  # a new table's first batch of inserts, with its history table
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
@@ -84,3 +86,16 @@ def test_a_first_batch_of_backfill_chunks_starts_a_fixed_number_of_jobs(classic,
     assert first.jobs == CHUNK_JOBS
     assert items(spark, config) == [(100, "a", "P100"), (101, "b", "P101"),
                                     (102, "changed", "C102")]
+
+
+def test_a_first_batch_with_history_starts_a_fixed_number_of_jobs(classic, spark, lake):
+    """Silver, its tombstones (delta-rs: no job) and its history table, written with its
+    first versions."""
+    config = make_config(lake=lake.root, silver={"history": "*"})
+    lake.append_changes([ITEMS.insert(10, i, id=i, name=f"n{i}", doc="d") for i in range(20)])
+    with counted_jobs(spark) as first:
+        report = run_silver(config, spark)
+    assert [(t.table, t.inserts) for t in report.tables] == [("public.items", 20)]
+    assert first.jobs == HISTORY_JOBS
+    assert spark.read.format("delta").load(str(lake.root / "silver_history" / "public" / "items")
+                                           ).filter("_is_current").count() == 20
