@@ -10,7 +10,7 @@ batch (the stage's checks): on a classic Spark driver each action is a toll of i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Row, Window
@@ -28,11 +28,13 @@ _LITERAL_TYPES = (*_INTEGER_TYPES, StringType, DateType)
 
 @dataclass(frozen=True)
 class Ranged:
-    """A batch's key range (None: no key column has a literal form, or no row) and the
-    totals asked for with it (by name)."""
+    """A batch's key range (None: no key column has a literal form, or no row), the
+    totals asked for with it (by name), and the least and greatest value of each key
+    column that has a literal form."""
 
     key_range: str | None
     totals: Mapping[str, Any]
+    bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
@@ -62,13 +64,19 @@ def ranged_totals(batch: DataFrame, keys: Sequence[str],
     bounds.update({f"_hi{i}": F.max(col(k)) for i, k in enumerate(ranged)})
     if cut is None:
         row = batch.agg(*(c.alias(n) for n, c in {**bounds, **totals}.items())).first()
-        return Ranged(_sql(ranged, row, None), {n: row[n] for n in totals})
+        return Ranged(_sql(ranged, row, None), {n: row[n] for n in totals},
+                      _bounds(ranged, row))
     rows = _gap_starts(batch, cut, {**bounds, **totals})
     if not rows:  # an empty batch
         return Ranged(None, {n: None for n in totals})
     index = ranged.index(cut)
     return Ranged(_sql(ranged, rows[0], (index, _cut_ranges(rows, index))),
-                  {n: rows[0][n] for n in totals})
+                  {n: rows[0][n] for n in totals}, _bounds(ranged, rows[0]))
+
+
+def _bounds(ranged: Sequence[str], row: Row) -> dict[str, tuple[Any, Any]]:
+    return {k: (row[f"_lo{i}"], row[f"_hi{i}"]) for i, k in enumerate(ranged)
+            if row[f"_lo{i}"] is not None}
 
 
 def _gap_starts(batch: DataFrame, key: str, aggregates: Mapping[str, Column]) -> list[Row]:

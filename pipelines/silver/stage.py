@@ -15,7 +15,8 @@ also runs markedly slower).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -44,6 +45,7 @@ class StagedBatch:
     every: DataFrame | None = None
     deletes: bool = True  # some event that is not stale deletes a key
     key_range: str | None = None  # where its keys are (key_ranges.key_range)
+    key_bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)  # (Ranged.bounds)
 
 
 def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
@@ -84,7 +86,7 @@ def _checked(newest: DataFrame, every: DataFrame | None, plan: BatchPlan,
                            plan.keys if plan.silver_exists else (), totals)
     check_failures(plan.shape, failures_in(ranged.totals, columns))
     found = (ranged.totals[DELETES] or 0) > 0 if counted else deletes
-    return StagedBatch(newest, every, found, ranged.key_range)
+    return StagedBatch(newest, every, found, ranged.key_range, ranged.bounds)
 
 
 

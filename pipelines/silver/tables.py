@@ -15,7 +15,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -271,6 +271,27 @@ def tombstone_bounds(table: TableRef) -> MarkBounds | None:
     newest = statistics_bound(actions, f"max.{LSN}", pc.max)
     return MarkBounds(0 if oldest is None else oldest,
                       UNKNOWN_LSN if newest is None else newest)
+
+
+def holds_none_of(table: TableRef, bounds: Mapping[str, tuple[Any, Any]]) -> bool:
+    """Whether the table can hold none of a batch's keys: the batch's values of some
+    integer key column (`bounds`: least and greatest, key_ranges.Ranged.bounds) lie
+    outside the range its files' statistics give that column (delta-rs, no Spark job).
+    A backfill's chunks come in key order, so each slice of a first load holds keys
+    above the table's. False where the log cannot say (a catalog table, no statistics)."""
+    if table.path is None or not bounds:
+        return False
+    actions = pa.table(table.path.open().get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return True
+    for key, (low, high) in bounds.items():
+        if not isinstance(low, int) or isinstance(low, bool):
+            continue
+        least = statistics_bound(actions, f"min.{key}", pc.min)
+        greatest = statistics_bound(actions, f"max.{key}", pc.max)
+        if least is not None and greatest is not None and (high < least or low > greatest):
+            return True
+    return False
 
 
 def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from pipelines.catalog import save_table
 from pipelines.positions import Position
 from pipelines.silver import history_tables
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, DELETE, LSN, OP, UNCHANGED, col
@@ -29,7 +30,7 @@ from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
     METADATA_FIELDS, SilverContext, append, conformed, create_table, create_tombstones,
-    delete_where, evolve)
+    delete_where, evolve, holds_none_of)
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +73,26 @@ def write_batch(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
 
 def _write_silver(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
                   fresh: DataFrame) -> None:
-    """MERGE the batch into silver; a new (or replaced) table takes its upserts by a
-    plain write instead, which is what the MERGE would insert into an empty table."""
+    """MERGE the batch into silver. A new (or replaced) table takes its upserts by a
+    plain write instead, which is what the MERGE would insert into an empty table; a
+    table that can hold none of the batch's keys (a first load's later slices) takes
+    them by an append, which is what the MERGE would insert there."""
     keys, columns = plan.keys, plan.final.names
-    if plan.silver_exists:
+    exists = plan.silver_exists
+    if exists and not holds_none_of(plan.silver, staged.key_bounds):
         run.maintenance.prepare(run.spark, plan.silver, keys)  # before the MERGE writes
         run.merge(plan.silver, lambda view: silver_merge_sql(
             plan.silver.sql, view, keys, columns, plan.carried, plan.toast, staged.key_range),
             run.unique_source(fresh, keys))
+        return
+    rows = run.query(plan.silver, lambda view: insert_select_sql(
+        view, keys, columns, plan.carried, plan.toast), fresh)
+    if exists:
+        save_table(conformed(rows, run.schema(plan.silver)).write.format("delta")
+                   .mode("append"), plan.silver)
     else:
-        rows = run.query(plan.silver, lambda view: insert_select_sql(
-            view, keys, columns, plan.carried, plan.toast), fresh)
         create_table(run, plan.silver, plan.final, plan.replace_tables, rows)
-        run.maintenance.prepare(run.spark, plan.silver, keys)
+    run.maintenance.prepare(run.spark, plan.silver, keys)
 
 
 def _apply_floor(run: SilverContext, plan: BatchPlan) -> None:

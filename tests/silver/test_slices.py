@@ -132,3 +132,20 @@ def test_a_replay_in_slices_changes_nothing(spark, lake, limit):
     DeltaTable(str(lake.root / "_state" / "silver_progress")).delete()  # forget progress
     run_silver(make_config(lake=lake.root, silver={"max_batch_rows": limit}), spark)
     assert silver(spark, lake.root, "items") == expected
+
+
+def test_a_first_load_appends_the_slices_of_keys_silver_cannot_hold(spark, lake):
+    """Each later slice of a first load holds keys above silver's (its files' statistics
+    say so): it is appended, which is what its MERGE would insert; a slice with a key
+    silver may hold is merged."""
+    lake.append_changes([ITEMS.insert(10 + n, 0, id=n, name=f"n{n}", doc="d")
+                         for n in range(1, 9)]
+                        + [ITEMS.update(19, 0, id=2, name="two", unchanged=["doc"]),
+                           ITEMS.insert(19, 1, id=9, name="n9", doc="d")])
+    run_silver(make_config(lake=lake.root, silver={"max_batch_rows": 4}), spark)
+    rows = spark.read.format("delta").load(str(lake.root / "silver" / "public" / "items"))
+    assert sorted(tuple(r) for r in rows.select("id", "name", "doc").collect()) == [
+        (n, "two" if n == 2 else f"n{n}", "d") for n in range(1, 10)]
+    commits = DeltaTable(str(lake.root / "silver" / "public" / "items")).history()
+    operations = [c["operation"] for c in reversed(commits)]
+    assert operations[1:] == ["WRITE", "MERGE"], operations
