@@ -167,42 +167,36 @@ def create_table(run: SilverContext, table: TableRef, schema: StructType,
     save_table(writer, table)
 
 
-def create_tombstones(table: TableRef, schema: StructType, replace_table: bool,
-                      rows: DataFrame | None = None) -> None:
-    """Create a tombstone table (or replace one, for a rebuild) through delta-rs,
-    holding `rows` (of `schema`), few enough to come to the driver in one Spark job (a batch's
-    deletes; none: empty). On a classic driver Delta's own write of a new table costs a
-    job, a commit and a snapshot, about 0.4 s however few its rows; this costs no job
-    beyond collecting the rows. A log of deletes is only appended to and deleted from,
-    never merged into: it keeps the state tables' protocol, without deletion vectors
-    (docs/architecture.md, tables that work everywhere)."""
-    assert table.path is not None, "tombstones live at lake paths on every engine"
-    arrow = to_arrow_schema(schema)
-    data = arrow.empty_table() if rows is None else rows.toArrow().cast(arrow)
-    where = table.path
-    write_deltalake(where.uri, data, mode="overwrite" if replace_table else "error",
-                    schema_mode="overwrite" if replace_table else None,
-                    configuration=where.retention_properties,
-                    storage_options=where.delta_options)
-
-
 def conformed(rows: DataFrame, schema: StructType) -> DataFrame:
     """`rows` as the columns of `schema`, in its order, each cast to its type."""
     return rows.select(*(col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
 
 
-def append(table: TableRef, rows: DataFrame) -> None:
-    """Append `rows` (of the table's schema) to an existing Delta table at a lake path
-    (the tombstones), through delta-rs on every engine: the rows come to the driver (a
-    batch's deletes: keys and positions) in one Spark job, and the commit costs none (on
-    a classic driver, Delta's own append costs several: the write, the new snapshot,
-    the statistics, about 1.4 s for 10k deletes on 2 cores)."""
-    assert table.path is not None, "only tables at lake paths are appended to"
-    data = rows.toArrow()
-    if data.num_rows == 0:
+def write_tombstones(table: TableRef, schema: StructType, rows: DataFrame | None, *,
+                     create: bool, replace_table: bool = False) -> None:
+    """Append a batch's deletes (`rows`, of `schema`; None: it has none) to a tombstone
+    table, or create the table holding them (or replace one, for a rebuild), through
+    delta-rs on every engine: the rows come to the driver in one Spark job, and the
+    commit costs none (on a classic driver Delta's own write costs a job, a commit and
+    a snapshot, 0.4 s for a new table, about 1.4 s for an append of 10k deletes on 2
+    cores). A log of deletes is only appended to and deleted from, never merged into: a
+    new one keeps the state tables' protocol, without deletion vectors
+    (docs/architecture.md, tables that work everywhere)."""
+    assert table.path is not None, "tombstones live at lake paths on every engine"
+    if rows is None and not create:
         return
-    target = table.path.open()
-    write_deltalake(target, data.cast(pa.schema(target.schema().to_arrow())), mode="append")
+    arrow = to_arrow_schema(schema)
+    data = arrow.empty_table() if rows is None else rows.toArrow().cast(arrow)
+    where = table.path
+    if create:
+        write_deltalake(where.uri, data, mode="overwrite" if replace_table else "error",
+                        schema_mode="overwrite" if replace_table else None,
+                        configuration=where.retention_properties,
+                        storage_options=where.delta_options)
+    elif data.num_rows:
+        target = where.open()
+        write_deltalake(target, data.cast(pa.schema(target.schema().to_arrow())),
+                        mode="append")
 
 
 def evolve(run: SilverContext, table: TableRef, target: StructType, plan: SchemaPlan) -> None:
@@ -285,7 +279,7 @@ def holds_none_of(table: TableRef, bounds: Mapping[str, tuple[Any, Any]]) -> boo
     if actions.num_rows == 0:
         return True
     for key, (low, high) in bounds.items():
-        if not isinstance(low, int) or isinstance(low, bool):
+        if not isinstance(low, int):  # integers only: string statistics may be cut
             continue
         least = statistics_bound(actions, f"min.{key}", pc.min)
         greatest = statistics_bound(actions, f"max.{key}", pc.max)

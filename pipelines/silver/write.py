@@ -29,8 +29,8 @@ from pipelines.silver.merge import (
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
-    METADATA_FIELDS, SilverContext, append, conformed, create_table, create_tombstones,
-    delete_where, evolve, holds_none_of)
+    METADATA_FIELDS, SilverContext, conformed, create_table, delete_where, evolve,
+    holds_none_of, write_tombstones)
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,8 @@ def _write_marks(run: SilverContext, plan: BatchPlan, fresh: DataFrame | None) -
     create the table with them."""
     schema = _marks_schema(plan)
     deleted = None if fresh is None else conformed(fresh.filter(F.col(OP) == DELETE), schema)
-    if plan.marked is None:
-        create_tombstones(plan.marks, schema, plan.replace_tables, deleted)
-    elif deleted is not None:
-        append(plan.marks, deleted)
+    write_tombstones(plan.marks, schema, deleted, create=plan.marked is None,
+                     replace_table=plan.replace_tables)
 
 
 def _evolve_tables(run: SilverContext, plan: BatchPlan) -> None:
