@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import pwd
+import random
 import shutil
 import socket
 import stat
@@ -80,8 +81,23 @@ def bin_dir(version: int = DEFAULT_VERSION) -> Path:
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
 
 
+# The kernel hands out ports for bind(0) and for every JVM's and client's socket from its
+# ephemeral range (Linux: 32768-60999). A port picked there and bound seconds later (a
+# Postgres after initdb, a child's metrics endpoint) can be taken in between by any of
+# them, and their clients then talk to the wrong server. Below that range only other
+# callers of free_port can race for it.
+PORT_WINDOW = range(20000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
+    """A TCP port on loopback that is free right now, outside the kernel's ephemeral range."""
+    for port in random.sample(PORT_WINDOW, 64):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from pipelines.embedded_pg import free_port
+
 BIN = Path(sys.prefix) / "bin"
 MINIO = Path(os.environ.get("LAKEHOUSE_TEST_MINIO", BIN / "minio"))
 AZURITE = Path(os.environ.get("LAKEHOUSE_TEST_AZURITE",
@@ -30,12 +32,6 @@ INSTALL_HINT = "run `make test` (or scripts/install-object-stores.sh) to install
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
                "KBHBeksoGMGw==")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
