@@ -48,16 +48,22 @@ class ChunkShapes:
     one_per_key: bool = False
 
 
+def may_prove_chunks(run: SilverContext, table: TableScan) -> bool:
+    """Whether the batch's chunk rows may be proven one row per key (chunk_shapes counts
+    them to make sure), so that they skip the per-key ordering. Not on a classic driver:
+    there the extra joins that skip the ordering cost a batch more Spark jobs (each
+    reading the chunks again) than ordering them saves."""
+    return (bool(table.windows) and not is_classic(run.spark) and disjoint_keys(table.windows)
+            and all(w.rows is not None for w in table.windows))
+
+
 def chunk_shapes(run: SilverContext, table: TableScan) -> ChunkShapes:
     rows = _chunk_rows(run, table)
     if rows is None:
         return ChunkShapes(None, None)
     # Counting every chunk row costs a scan of them; only a batch whose chunks may be
-    # proven one row per key asks (else the first rows alone are read). Not on a classic
-    # driver: there the extra joins that skip the ordering cost a batch more Spark jobs
-    # (each reading the chunks again) than ordering them saves.
-    counted = (not is_classic(run.spark) and disjoint_keys(table.windows)
-               and all(w.rows is not None for w in table.windows))
+    # proven one row per key asks (else the first rows alone are read).
+    counted = may_prove_chunks(run, table)
     first = F.col("row_index") == 0
     counts = [F.count(F.lit(1)).alias("rows")] if counted else []
     [found] = (rows if counted else first_rows(rows)).agg(

@@ -26,11 +26,13 @@ from pipelines.lake import Lake, TableLocation
 from pipelines.names import qualify_table, split_table
 from pipelines.positions import Position, format_lsn
 from pipelines.silver.apply import apply_table
+from pipelines.silver.bronze_batch import may_prove_chunks
 from pipelines.silver.maintenance import maintenance_for
 from pipelines.silver.progress import (
     START, Progress, TableProgress, read_progress, write_progress)
 from pipelines.silver.run_metrics import record_silver_run
-from pipelines.silver.scan import BronzeScan, lower_bounds, scan_bronze, watermarks_before
+from pipelines.silver.scan import (
+    BronzeScan, TableScan, lower_bounds, scan_bronze, watermarks_before)
 from pipelines.silver.tables import SilverContext
 from pipelines.spark_jobs import in_this_threads_group
 
@@ -96,14 +98,15 @@ def run_silver(config: Config, spark: SparkSession, tables: Sequence[str] | None
     reports: dict[str, TableReport] = {}
     upto = None
     while True:  # one pass per slice; all new bronze unless it exceeds max_batch_rows
-        scan, bounds = _scan_slice(run, config, progress, scope, reports)
+        replaced = set(rebuild) - set(reports)
+        scan, bounds = _scan_slice(run, config, progress, scope, reports, replaced)
         if scan.upto is None:
             break
         # Every table was scanned to here (a slice held back by a stopped table may end
         # before an earlier run's mark: that mark stands).
         scanned = max(scan.upto, progress.scanned) if tables is None and not rebuild else None
-        progress = _apply_slice(run, config, scan, progress, bounds, scanned,
-                                set(rebuild) - set(reports), reports)
+        progress = _apply_slice(run, config, scan, progress, bounds, scanned, replaced,
+                                reports)
         upto = scan.upto
         if not scan.sliced:
             break
@@ -137,17 +140,28 @@ def _nothing_new(lake: Lake, progress: Progress, scope: Sequence[str] | None) ->
 
 
 def _scan_slice(run: SilverContext, config: Config, progress: Progress,
-                scope: Sequence[str] | None, reports: dict[str, TableReport]
-                ) -> tuple[BronzeScan, dict[str, Position]]:
+                scope: Sequence[str] | None, reports: dict[str, TableReport],
+                replaced: set[str]) -> tuple[BronzeScan, dict[str, Position]]:
     """Scan the next slice of new bronze (all of it unless it exceeds max_batch_rows),
-    and the position each table starts from."""
+    and the position each table starts from. replaced: the tables this pass writes anew
+    (as _apply_slice)."""
     bounds, default = lower_bounds(progress, scope)
     stopped = {name for name, report in reports.items() if report.error}
+
+    def streams_chunks(table: TableScan) -> bool:
+        """A new table's first batch writes chunk rows proven one per key as it reads
+        them (no MERGE, no ordering): they need no room in memory, so a first load after
+        a large backfill is one batch (docs/silver.md, Large backlogs)."""
+        return may_prove_chunks(run, table) and (
+            table.name in replaced
+            or not run.exists(run.names.silver(*split_table(table.name))))
+
     scan = scan_bronze(run.lake.bronze_changes, lambda: run.changes, bounds, default, scope,
                        lambda: watermarks_before(run.changes, min([default, *bounds.values()])),
                        max_rows=config.silver.max_batch_rows,
                        excluded=stopped,  # not counted, nor scanned, again in this run
-                       generation_starts=run.generation_starts)
+                       generation_starts=run.generation_starts,
+                       streams_chunks=streams_chunks)
     if scan.sliced:
         log.info("silver: more new bronze than silver.max_batch_rows (%d rows); applying "
                  "a slice up to commit LSN %s", config.silver.max_batch_rows,

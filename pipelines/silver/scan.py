@@ -67,9 +67,8 @@ class TableScan:
                     or self.windows or self.window_error)
 
     @property
-    def rows(self) -> int:
-        """Row changes plus the rows of the chunks it applies (as their watermarks say)."""
-        return self.inserts + self.updates + self.deletes + sum(w.rows or 0 for w in self.windows)
+    def change_rows(self) -> int:
+        return self.inserts + self.updates + self.deletes
 
 
 @dataclass
@@ -125,7 +124,9 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
                 older_watermarks: Callable[[], Iterable[LandedWatermark]],
                 max_rows: int | None = None, until: Position | None = None,
                 excluded: Collection[str] = (),
-                generation_starts: Sequence[int] = ()) -> BronzeScan:
+                generation_starts: Sequence[int] = (),
+                streams_chunks: Callable[[TableScan], bool] = lambda table: False
+                ) -> BronzeScan:
     """Summarize the new rows per table, up to `until` (no Spark job; one action when a
     chunk's low watermark is older than the new rows); `excluded` tables are left out.
     `bronze` is bronze/changes, which `changes()` reads with the engine (asked only by
@@ -133,9 +134,11 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
 
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
     them per bucket of commit LSNs (one action, more for a dense burst) and returns
-    the first slice's scan. A resync that ends among the new rows sets its table's floor
-    (resync.py; one more action); `generation_starts`: the lake LSNs where slot
-    generations start (pipelines.bronze.generations).
+    the first slice's scan. The chunk rows of a table for which `streams_chunks` holds
+    do not count: they stream into the table's write and take no room in memory. A
+    resync that ends among the new rows sets its table's floor (resync.py; one more
+    action); `generation_starts`: the lake LSNs where slot generations start
+    (pipelines.bronze.generations).
     """
     older_watermarks = cache(older_watermarks)
     summary = summarize(bronze, bounds, default, scope, until, excluded)
@@ -146,11 +149,13 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
     tables = _table_scans(summary)
     marks = _add_controls(tables, summary)
     _add_windows(tables, marks, bounds, default, scope, older_watermarks, excluded)
-    if max_rows is not None and sum(t.rows for t in tables.values()) > max_rows:
+    # the chunks that count, at their high watermarks (each says how many rows it holds)
+    chunks = [(w.high, w.rows or 0) for t in tables.values() if not streams_chunks(t)
+              for w in t.windows]
+    if max_rows is not None and sum(t.change_rows for t in tables.values()) + sum(
+            n for _, n in chunks) > max_rows:
         rows = new_rows(changes(), bounds, default, scope, until, excluded)
-        end = first_slice_end(rows, min(s.first for s in summary), upto[0],
-                              [(w.high, w.rows or 0) for t in tables.values()
-                               for w in t.windows], max_rows)
+        end = first_slice_end(rows, min(s.first for s in summary), upto[0], chunks, max_rows)
         if end is not None:
             return replace(scan_bronze(bronze, changes, bounds, default, scope,
                                        older_watermarks, until=end, excluded=excluded,

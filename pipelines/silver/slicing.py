@@ -2,9 +2,10 @@
 
 A first run after a large backfill, or a run after silver was stopped for a while, would
 otherwise apply every new bronze row in one batch, and the local engine holds a batch in
-memory (about 0.5 GB per million rows, measured). Such a run is applied in slices of at
-most `silver.max_batch_rows` change and chunk rows, each recorded in progress like a run
-of its own. A slice ends between two commit LSNs, so a transaction is never split; it
+memory while it orders or merges it. Such a run is applied in slices of at most
+`silver.max_batch_rows` change and chunk rows, each recorded in progress like a run of
+its own; the chunk rows of a new table's first load, proven one row per key, stream
+into its write and do not count (scan.scan_bronze). A slice ends between two commit LSNs, so a transaction is never split; it
 holds at least one bucket of commits, however large (one huge transaction still applies
 at once).
 """

@@ -149,3 +149,41 @@ def test_a_first_load_appends_the_slices_of_keys_silver_cannot_hold(spark, lake)
     commits = DeltaTable(str(lake.root / "silver" / "public" / "items")).history()
     operations = [c["operation"] for c in reversed(commits)]
     assert operations[1:] == ["WRITE", "MERGE"], operations
+
+
+def chained_backfill(lake, backfill: str, first_lsn: int, first_id: int, chunks: int) -> None:
+    """A backfill of `chunks` chunks of 2 rows each, each starting at the cursor the one
+    before it ended at (their keys proven disjoint), from key `first_id` on."""
+    changes, rows, cursor = [], [], None
+    for n in range(chunks):
+        low, high = first_id + 2 * n, first_id + 2 * n + 1
+        lsn = first_lsn + 2 * n
+        keys = {"after": cursor, "last": [str(high)]}
+        changes += [ITEMS.watermark(lsn, 0, backfill, n + 1, "low"),
+                    ITEMS.watermark(lsn + 1, 0, backfill, n + 1, "high", SNAP, rows=2,
+                                    keys=keys)]
+        rows += [ITEMS.chunk_row(backfill, n + 1, i, id=key, name="old", doc=f"P{key}")
+                 for i, key in enumerate((low, high))]
+        cursor = [str(high)]
+    lake.append_changes(changes)
+    lake.append_snapshots(rows)
+
+
+def test_a_first_load_of_chunks_proven_one_per_key_is_one_batch(spark, lake):
+    """A new table's chunk rows proven one per key stream into its first write (on Sail,
+    which skips their ordering), so they do not count toward max_batch_rows; a classic
+    driver orders them and slices. Once the table exists, a backfill's chunks count."""
+    from pipelines.spark_jobs import is_classic
+
+    chained_backfill(lake, "b1", 20, 1, chunks=4)  # 8 chunk rows
+    config = make_config(lake=lake.root, silver={"max_batch_rows": 3})
+    run_silver(config, spark)
+    progress = DeltaTable(str(lake.root / "_state/silver_progress"))
+    assert (progress.version() + 1 > 1) == is_classic(spark)  # slices: one per version
+    assert [r[0] for r in silver(spark, lake.root, "items")] == list(range(1, 9))
+
+    before = progress.version()
+    chained_backfill(lake, "b2", 40, 1, chunks=4)
+    run_silver(config, spark)
+    assert DeltaTable(str(lake.root / "_state/silver_progress")).version() - before > 1
+    assert [r[0] for r in silver(spark, lake.root, "items")] == list(range(1, 9))
