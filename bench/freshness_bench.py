@@ -20,10 +20,8 @@ CHECKPOINT ("source s"). Then silver gets the same N rows (--initial; every step
   them as from a backfill. `lakehouse verify` after every case checks the result.
   Direct is the default. On 2 shared cores (load 3-6) it took 4.2-6.0 s for 1M rows
   and 13-26 s for 10M (the export and append, linear in N: about a minute for 50M),
-  against 8.9-9.3 s and 55 s for the pipeline path; its first silver run applies a large
-  backfill in max_batch_rows slices that each read the growing table again (42 s of the
-  55 at 10M, which needed 250k-row chunks: with the default 50k-row chunks the first
-  silver run failed from 2M rows on, a Spark Connect expression nested too deep).
+  against the pipeline path's backfill and first silver run (about 35 s for 10M rows:
+  bench.silver_first_run).
 
 Then the database and the lake are copied aside (server stopped: a cold copy is
 consistent) and put back before every later case, so every case starts from the same N
