@@ -150,7 +150,7 @@ def _scan_slice(run: SilverContext, config: Config, progress: Progress,
 
     def streams_chunks(table: TableScan) -> bool:
         """A new table's first batch writes chunk rows proven one per key as it reads
-        them (no MERGE, no ordering): they need no room in memory, so a first load after
+        them (no MERGE, no ordering): they are not held in memory, so a first load after
         a large backfill is one batch (docs/silver.md, Large backlogs)."""
         return may_prove_chunks(run, table) and (
             table.name in replaced

@@ -135,7 +135,7 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
     With `max_rows`, a scan that finds more row changes and chunk rows than that counts
     them per bucket of commit LSNs (one action, more for a dense burst) and returns
     the first slice's scan. The chunk rows of a table for which `streams_chunks` holds
-    do not count: they stream into the table's write and take no room in memory. A
+    do not count: they stream into the table's write and are not held in memory. A
     resync that ends among the new rows sets its table's floor (resync.py; one more
     action); `generation_starts`: the lake LSNs where slot generations start
     (pipelines.bronze.generations).
