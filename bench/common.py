@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import psycopg
 import yaml
 
 from pipelines.embedded_pg import EmbeddedPostgres, free_port
@@ -75,6 +76,12 @@ def write_config(path: Path, dsn: str, lake: Path, slot: str | None = None,
     source = {"dsn": dsn, "tables": ["public.bench"], **({"slot": slot} if slot else {})}
     path.write_text(yaml.safe_dump({"source": source, "lake": {"path": str(lake)}, **sections}))
     return path
+
+
+def current_lsn(dsn: str) -> str:
+    """The source's WAL position now: `lakehouse ingest --until-lsn` lands bronze up to it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
 
 def lakehouse(config: Path, verb: str, *args: str, **kwargs) -> Run:

@@ -98,7 +98,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from bench.common import Run, embedded_server, lakehouse, write_config
+from bench.common import Run, current_lsn, embedded_server, lakehouse, write_config
 from bench.silver_bench import silver_path, vm_hwm_mb
 from pipelines.embedded_pg import EmbeddedPostgres, bin_dir
 from pipelines.positions import parse_lsn
@@ -155,11 +155,6 @@ class Load:
 
 
 # --- source and initial state ------------------------------------------------------------
-
-def current_lsn(dsn: str) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-
 
 def create_source(dsn: str, rows: int) -> float:
     """public.bench with ids 1..rows, vacuumed (readers find hint bits set) and

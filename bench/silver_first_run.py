@@ -23,11 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import psycopg
 from deltalake import DeltaTable
 
 from bench.backfill_bench import load_table
-from bench.common import embedded_server, lakehouse, table, write_config
+from bench.common import current_lsn, embedded_server, lakehouse, table, write_config
 from pipelines.config import SourceConfig
 from pipelines.source.setup import run_setup
 
@@ -39,9 +38,7 @@ def backfilled(dsn: str, lake: Path, config: Path, slot: str) -> float:
     run_setup(SourceConfig(dsn, tables=("public.bench",), slot=slot))
     write_config(config, dsn, lake, slot)
     backfill = lakehouse(config, "backfill", "--restart", stdout=subprocess.DEVNULL)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-    lakehouse(config, "ingest", "--until-lsn", lsn)  # the watermarks reach bronze
+    lakehouse(config, "ingest", "--until-lsn", current_lsn(dsn))  # the watermarks land
     return backfill.seconds
 
 
