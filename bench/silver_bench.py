@@ -8,7 +8,8 @@ updated_at timestamptz) and the silver table with those N rows, built once per N
 tables from the first transaction, delta-rs appends the other rows' typed values and the
 pipeline's write_progress records the load's last position; auto: run_silver up to 1M
 rows). For each batch size M, a copy of that lake gets M more changes in bronze (--shape
-recent, the default: 40% inserts, 50% updates and 10% deletes of the newest 1% of ids;
+recent, the default: 40% inserts, 50% updates and 10% deletes of the newest 20,000 ids,
+the same working set at every table size, so only the table grows;
 uniform: 60% updates, 20% deletes, 20% inserts of random keys; increasing positions,
 50k-row commits like the ingest's; with --toast-share F, that share of the updates leaves `name`
 unchanged, as Postgres does for a TOASTed value an UPDATE did not touch), then, each in
@@ -85,6 +86,7 @@ INGEST_COMMIT_ROWS = 50_000  # the ingest's batch_rows: one bronze commit per 50
 INITIAL_COMMIT_ROWS = 1_000_000
 DIRECT_FILE_ROWS = 1_000_000  # --initial direct: rows per silver file (see build_direct)
 BUILD_ROWS = 5_000_000  # --initial direct: rows generated at a time
+RECENT_IDS = 20_000  # --shape recent: the newest ids a batch updates and deletes
 UPDATE, DELETE, INSERT = 0, 1, 2
 ENGINES = ("sail", "spark", "deltars")  # --engines, in the order each run of a case runs them
 LABELS = {"sail": "Sail", "spark": "Spark", "deltars": "delta-rs"}
@@ -217,7 +219,8 @@ def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0, shape: str =
     """M changes against ids 1..n, shuffled, at positions after the initial load.
 
     `recent`: 40% inserts of new ids, 50% updates and 10% deletes of the newest ids (the
-    newest 1% of the table, or twice the deletes if that is more). `uniform`: 20%
+    newest RECENT_IDS, or twice the deletes if that is more: a fixed working set, as an
+    OLTP table's hot rows are, so a batch's work is the same at every n). `uniform`: 20%
     inserts, 60% updates and 20% deletes of keys anywhere. Updates draw keys with
     replacement (hot keys are updated more than once; `toast_share` of them leave `name`
     unchanged); deletes are distinct keys, never updated in the batch. Returns the bronze
@@ -228,7 +231,7 @@ def batch_rows(n: int, m: int, seed: int, toast_share: float = 0.0, shape: str =
         n_del, n_ins, first = m // 5, m // 5, 1
     else:
         n_del, n_ins = m // 10, 2 * m // 5
-        first = max(1, n + 1 - max(n // 100, 2 * n_del))
+        first = max(1, n + 1 - max(RECENT_IDS, 2 * n_del))
     n_upd = m - n_del - n_ins
     deleted = rng.choice(np.arange(first, n + 1), n_del, replace=False)
     alive = np.zeros(n + 1, dtype=bool)

@@ -341,21 +341,28 @@ def statistics_bound(actions: "pa.Table", column: str, pick: "Callable") -> int 
 
 
 def data_files(where: Where, column: str, low: int | None = None,
-               high: int | None = None) -> list[str]:
+               high: int | None = None, *, past: tuple[str, int] | None = None) -> list[str]:
     """The URIs of the data files, in log order, whose statistics say they may hold a
     value of the integer `column` in [low, high] (a file without statistics may hold any):
     for an append-only table without partitions or deletion vectors (bronze), whose files
-    are its rows, the files a read needs, chosen from the log alone."""
+    are its rows, the files a read needs, chosen from the log alone.
+
+    past: (column2, value) when only rows past (low, value) in (column, column2) order
+    are wanted: a file whose `column` goes no higher than `low` and whose column2 no
+    higher than `value` holds none (bronze's last file before a run's bound, which can be
+    a large one: a backfill chunk, or an ingest's catch-up batch)."""
     import pyarrow as pa
 
     where = location(where)
     actions = pa.table(where.open().get_add_actions(flatten=True))
     paths = actions.column("path").to_pylist()
     smallest, largest = _statistic(actions, f"min.{column}"), _statistic(actions, f"max.{column}")
+    ties = _statistic(actions, f"max.{past[0]}") if past else [None] * len(paths)
     root = where.uri.rstrip("/")
-    return [f"{root}/{path}" for path, lo, hi in zip(paths, smallest, largest)
+    return [f"{root}/{path}" for path, lo, hi, tie in zip(paths, smallest, largest, ties)
             if not (low is not None and hi is not None and hi < low)
-            and not (high is not None and lo is not None and lo > high)]
+            and not (high is not None and lo is not None and lo > high)
+            and not (past and hi == low and tie is not None and tie <= past[1])]
 
 
 def _statistic(actions: "pa.Table", name: str) -> list[int | None]:

@@ -65,7 +65,7 @@ def summarize(bronze: TableLocation, bounds: Mapping[str, Position], default: Po
     all) but `excluded`."""
     lowest = min([default, *bounds.values()])
     found: dict[tuple[str | None, str | None], TableSummary] = {}
-    for uri, rows in _files(bronze, lowest[0], until):
+    for uri, rows in _files(bronze, lowest, until):
         rows = rows.filter(_new(rows, bounds, default, lowest, scope, until, excluded))
         for summary in _summaries(rows, uri):
             key = (summary.schema_name, summary.table_name)
@@ -73,11 +73,12 @@ def summarize(bronze: TableLocation, bounds: Mapping[str, Position], default: Po
     return list(found.values())
 
 
-def _files(bronze: TableLocation, from_lsn: int, until: Position | None
+def _files(bronze: TableLocation, after: Position, until: Position | None
            ) -> Iterator[tuple[str, pa.Table]]:
-    """The data files that may hold a commit LSN in [from_lsn, until] (URI and rows), in
-    log order."""
-    for uri in data_files(bronze, "commit_lsn", from_lsn, None if until is None else until[0]):
+    """The data files that may hold a position past `after`, up to `until` (URI and
+    rows), in log order."""
+    for uri in data_files(bronze, "commit_lsn", after[0], None if until is None else until[0],
+                          past=("change_index", after[1])):
         yield uri, read_data_file(bronze, uri, CHANGES_SCHEMA, COLUMNS)
 
 
