@@ -14,7 +14,8 @@ uniform: 60% updates, 20% deletes, 20% inserts of random keys; increasing positi
 50k-row commits like the ingest's; with --toast-share F, that share of the updates leaves `name`
 unchanged, as Postgres does for a TOASTed value an UPDATE did not touch), then, each in
 its own child process, one after the other (--engines picks them; with --repeat R the
-runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs...):
+runs of a case alternate: Sail, Spark, delta-rs, Sail, Spark, delta-rs..., and so do the
+table sizes: every size's first run, then every size's second...):
 
 - silver on Sail: ONE incremental `run_silver` on the local engine (Sail, in-process):
   seconds, changes/s (bronze changes per second), the child's peak RSS (VmHWM: Python
@@ -752,32 +753,41 @@ def main() -> None:
 
     engines = [e for e in ENGINES if e in args.engines]
     with work_and_results(args.work, "silver-bench-", args.json) as (work, builds, results):
+        bases = {}
         for n in args.table_rows:
-            base, build = build_base(work, n, args.initial, args.seed)
-            build.update(n=n, files=last_commit(silver_path(base))["files"])
+            bases[n], build = build_base(work, n, args.initial, args.seed)
+            build.update(n=n, files=last_commit(silver_path(bases[n]))["files"])
             builds.append(build)
             print(f"built N={n:,} ({build['method']}): {build['seconds']:.1f} s, peak "
                   f"{build['peak_mb']:.0f} MB, load {build['load'][0]:.1f}-"
                   f"{build['load'][1]:.1f}, {build['files']} silver files", flush=True)
-            for m in args.changes:
-                for r in range(args.repeat):
-                    result = run_case(base, work, n, m, r, args.seed, not args.no_verify,
+        # the table sizes alternate run by run: whatever a run leaves behind on a shared
+        # machine (page cache, memory) then weighs on every size alike
+        for r in range(args.repeat):
+            for n in args.table_rows:
+                for m in args.changes:
+                    result = run_case(bases[n], work, n, m, r, args.seed, not args.no_verify,
                                       args.toast_share, engines, args.shape, args.warm)
                     results.append(result)
-                    timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
-                        f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
-                        for e in engines]
-                    timings += [f"{LABELS[e]} MERGE alone {result[e + '_merge']['seconds']:.2f} s"
-                                for e in engines if e + "_merge" in result]
-                    print(f"  N={n:,} M={m:,} run {r + 1}: {', '.join(timings)}, "
-                          f"equal={result['equal']}", flush=True)
-                    if "sail" in engines:
-                        print("\n".join(request_summary(result["sail"])), flush=True)
-                    if "spark" in engines:
-                        print(f"      Spark steps: {step_summary(result['spark'])}; "
-                              f"{result['spark']['spark_jobs']} Spark jobs", flush=True)
+                    _print_run(result, engines)
+        for base in bases.values():
             shutil.rmtree(base, ignore_errors=True)
     report(builds, results, engines)
+
+
+def _print_run(result: dict, engines: list[str]) -> None:
+    timings = [f"{LABELS[e]} {result[e]['seconds']:.2f} s" + (
+        f" (start-up {result[e]['startup']:.1f} s)" if e == "spark" else "")
+        for e in engines]
+    timings += [f"{LABELS[e]} MERGE alone {result[e + '_merge']['seconds']:.2f} s"
+                for e in engines if e + "_merge" in result]
+    print(f"  N={result['n']:,} M={result['m']:,} run {result['repeat'] + 1}: "
+          f"{', '.join(timings)}, equal={result['equal']}", flush=True)
+    if "sail" in engines:
+        print("\n".join(request_summary(result["sail"])), flush=True)
+    if "spark" in engines:
+        print(f"      Spark steps: {step_summary(result['spark'])}; "
+              f"{result['spark']['spark_jobs']} Spark jobs", flush=True)
 
 
 def median(runs: list[dict], engine: str, key: str = "seconds") -> float:

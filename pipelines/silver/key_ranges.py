@@ -27,6 +27,18 @@ _LITERAL_TYPES = (*_INTEGER_TYPES, StringType, DateType)
 
 
 @dataclass(frozen=True)
+class Reach:
+    """A key range over one integer key column: its name and (least, greatest) ranges."""
+
+    key: str
+    ranges: tuple[tuple[int, int], ...]
+
+    def misses(self, least: int, greatest: int) -> bool:
+        """Whether no key in [least, greatest] (a file's statistics) is in the ranges."""
+        return all(greatest < low or least > high for low, high in self.ranges)
+
+
+@dataclass(frozen=True)
 class Ranged:
     """A batch's key range (None: no key column has a literal form, or no row), the
     totals asked for with it (by name), and the least and greatest value of each key
@@ -35,6 +47,7 @@ class Ranged:
     key_range: str | None
     totals: Mapping[str, Any]
     bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    reach: Reach | None = None  # the key range as data, when one integer column is all of it
 
 
 def key_range(batch: DataFrame, keys: Sequence[str]) -> str | None:
@@ -70,8 +83,10 @@ def ranged_totals(batch: DataFrame, keys: Sequence[str],
     if not rows:  # an empty batch
         return Ranged(None, {n: None for n in totals})
     index = ranged.index(cut)
-    return Ranged(_sql(ranged, rows[0], (index, _cut_ranges(rows, index))),
-                  {n: rows[0][n] for n in totals}, _bounds(ranged, rows[0]))
+    ranges = _cut_ranges(rows, index)
+    reach = Reach(cut, tuple(ranges)) if ranged == [cut] and ranges else None
+    return Ranged(_sql(ranged, rows[0], (index, ranges)),
+                  {n: rows[0][n] for n in totals}, _bounds(ranged, rows[0]), reach)
 
 
 def _bounds(ranged: Sequence[str], row: Row) -> dict[str, tuple[Any, Any]]:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from pipelines.silver.batch import filled_events, latest_events, newest_events
 from pipelines.silver.events import DELETE, OP, col, value_columns
-from pipelines.silver.key_ranges import ranged_totals
+from pipelines.silver.key_ranges import Reach, ranged_totals
 from pipelines.silver.merge import STALE, mark_stale_events
 from pipelines.silver.plan import BatchPlan
 from pipelines.silver.tables import SilverContext, stage_every, stage_newest
@@ -46,6 +46,7 @@ class StagedBatch:
     deletes: bool = True  # some event that is not stale deletes a key
     key_range: str | None = None  # where its keys are (key_ranges.key_range)
     key_bounds: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)  # (Ranged.bounds)
+    key_reach: Reach | None = None  # key_range as data (Ranged.reach)
 
 
 def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
@@ -86,7 +87,7 @@ def _checked(newest: DataFrame, every: DataFrame | None, plan: BatchPlan,
                            plan.keys if plan.silver_exists else (), totals)
     check_failures(plan.shape, failures_in(ranged.totals, columns))
     found = (ranged.totals[DELETES] or 0) > 0 if counted else deletes
-    return StagedBatch(newest, every, found, ranged.key_range, ranged.bounds)
+    return StagedBatch(newest, every, found, ranged.key_range, ranged.bounds, ranged.reach)
 
 
 

@@ -30,7 +30,7 @@ from pipelines.silver.plan import BatchPlan
 from pipelines.silver.stage import StagedBatch
 from pipelines.silver.tables import (
     METADATA_FIELDS, SilverContext, conformed, create_table, delete_where, evolve,
-    holds_none_of, write_tombstones)
+    file_statistics, holds_none_of, skips_files, write_tombstones)
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,12 @@ def _write_silver(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
     them by an append, which is what the MERGE would insert there."""
     keys, columns = plan.keys, plan.final.names
     exists = plan.silver_exists
-    if exists and not holds_none_of(plan.silver, staged.key_bounds):
+    files = file_statistics(plan.silver) if exists else None
+    if exists and not holds_none_of(files, staged.key_bounds):
         run.maintenance.prepare(run.spark, plan.silver, keys)  # before the MERGE writes
+        key_range = staged.key_range if skips_files(files, staged.key_reach) else None
         run.merge(plan.silver, lambda view: silver_merge_sql(
-            plan.silver.sql, view, keys, columns, plan.carried, plan.toast, staged.key_range),
+            plan.silver.sql, view, keys, columns, plan.carried, plan.toast, key_range),
             run.unique_source(fresh, keys))
         return
     rows = run.query(plan.silver, lambda view: insert_select_sql(

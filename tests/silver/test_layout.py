@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from pipelines.lake import read_delta
 from pipelines.silver.job import run_silver
-from pipelines.silver.key_ranges import key_range
+from pipelines.silver.key_ranges import Reach, key_range, ranged_totals
 from pipelines.silver.merge import silver_merge_sql
 from pipelines.silver.merge_modes import PERSISTENT_DELETION_VECTORS
 from tests.support.bronze_builder import Table
@@ -126,6 +126,9 @@ def test_the_merge_carries_the_batch_key_range_as_literals(spark):
     assert key_range(recent, ["n"]) == (  # cut at the widest gaps, at most 8 ranges
         "(t.`n` BETWEEN -7 AND -7 OR t.`n` BETWEEN 5 AND 5 OR t.`n` BETWEEN 1000 AND 1099 OR "
         f"t.`n` BETWEEN 1200 AND 1299 OR t.`n` BETWEEN {2 ** 62} AND {2 ** 62})")
+    assert ranged_totals(recent, ["n"]).reach == Reach("n", (  # the same ranges, as data
+        (-7, -7), (5, 5), (1000, 1099), (1200, 1299), (2 ** 62, 2 ** 62)))
+    assert ranged_totals(batch, ["tag", "n"]).reach is None  # more than the integer column
     many = spark.createDataFrame([(k * k,) for k in range(100)], "n bigint")
     ranges = key_range(many, ["n"])
     assert ranges.count("BETWEEN") == 8 and "BETWEEN 0 AND" in ranges
@@ -165,3 +168,52 @@ def test_small_files_are_compacted_without_changing_the_rows(spark, lake, config
     assert len(rows) == 40 and rows[0] == (0, "r3", "d")
     assert sorted(read_delta(silver_path(lake), ["id"]).column("id").to_pylist()) == \
         [r[0] for r in rows]
+
+
+def merge_condition(path) -> str:
+    """The newest MERGE's ON condition, as the engine recorded it in the log."""
+    commit = next(c for c in DeltaTable(str(path)).history() if c["operation"] == "MERGE")
+    parameters = commit["operationParameters"]
+    return parameters.get("mergePredicate") or parameters["predicate"]  # Sail, delta-spark
+
+
+def test_the_key_range_is_left_out_where_it_would_skip_no_file(spark, lake, config):
+    """A range that reaches every file only costs its test of every row: keys changed
+    all over the table get the key equality alone, recent ones the range too."""
+    lake.append_changes([ITEMS.insert(10, i, id=i, name="a", doc="d") for i in range(100)])
+    run_silver(config, spark)
+    # a later slice of keys above the table's: appended, in files of their own
+    lake.append_changes([ITEMS.insert(11, i, id=1000 + i, name="a", doc="d")
+                         for i in range(100)])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.update(12, 0, id=5, name="b", doc="d")])
+    run_silver(config, spark)
+    assert " AND " in merge_condition(silver_path(lake))  # the 1000s' files are skipped
+    lake.append_changes([ITEMS.update(13, i, id=k, name="c", doc="d")
+                         for i, k in enumerate([*range(100), *range(1000, 1100)])])
+    run_silver(config, spark)
+    assert " AND " not in merge_condition(silver_path(lake))
+    rows = items(spark, config)
+    assert len(rows) == 200 and {r[1] for r in rows} == {"c"}
+
+
+@pytest.mark.parametrize("files, ranges, worth", [
+    ([(1, 10), (11, 1000)], [(20, 900)], False),  # only a 10-row file is outside: 1%
+    ([(1, 500), (501, 1000)], [(1, 100), (300, 400)], True),  # half the rows are outside
+    ([(1, 500), (501, 1000)], [(1, 100), (900, 950)], False),  # every file is reached
+])
+def test_a_key_range_is_worth_its_test_where_it_skips_a_tenth_of_the_rows(
+        tmp_path, files, ranges, worth):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from pipelines.catalog import TableRef
+    from pipelines.lake import location
+    from pipelines.silver.tables import file_statistics, skips_files
+
+    for low, high in files:
+        write_deltalake(str(tmp_path), pa.table({"id": list(range(low, high + 1))}),
+                        mode="append")
+    table = TableRef(path=location(str(tmp_path)))
+    assert skips_files(file_statistics(table), Reach("id", tuple(ranges))) is worth
+    assert skips_files(None, Reach("id", tuple(ranges)))  # a catalog table: kept
