@@ -9,7 +9,7 @@ rows to silver and their open versions to the history table, and the pipeline's
 write_progress records the load's last position; auto: run_silver up to 1M rows). For
 each batch size M (--changes) a copy of that lake gets silver_bench's batch of M changes
 in bronze (--shape recent, the default: 40% inserts, 50% updates and 10% deletes of the
-newest 1% of ids). Then --pairs pairs of runs, off, on, off, on..., each ONE incremental
+newest 20,000 ids). Then --pairs pairs of runs, off, on, off, on..., each ONE incremental
 run_silver in a child process of its own, on a fresh copy of that lake (the same bronze,
 silver and history before the batch): "off" with silver.history unset (the history
 table is there, left alone), "on" with silver.history "*" (every column tracked). Per
