@@ -79,7 +79,7 @@ def _write_silver(run: SilverContext, plan: BatchPlan, staged: StagedBatch,
     them by an append, which is what the MERGE would insert there."""
     keys, columns = plan.keys, plan.final.names
     exists = plan.silver_exists
-    files = file_statistics(plan.silver) if exists else None
+    files = file_statistics(plan.silver) if exists and staged.key_bounds else None
     if exists and not holds_none_of(files, staged.key_bounds):
         run.maintenance.prepare(run.spark, plan.silver, keys)  # before the MERGE writes
         key_range = staged.key_range if skips_files(files, staged.key_reach) else None
