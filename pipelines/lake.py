@@ -356,8 +356,8 @@ def data_files(where: Where, column: str, low: int | None = None,
     where = location(where)
     actions = pa.table(where.open().get_add_actions(flatten=True))
     paths = actions.column("path").to_pylist()
-    smallest, largest = _statistic(actions, f"min.{column}"), _statistic(actions, f"max.{column}")
-    ties = _statistic(actions, f"max.{past[0]}") if past else [None] * len(paths)
+    smallest, largest = statistic(actions, f"min.{column}"), statistic(actions, f"max.{column}")
+    ties = statistic(actions, f"max.{past[0]}") if past else [None] * len(paths)
     root = where.uri.rstrip("/")
     return [f"{root}/{path}" for path, lo, hi, tie in zip(paths, smallest, largest, ties)
             if not (low is not None and hi is not None and hi < low)
@@ -365,7 +365,9 @@ def data_files(where: Where, column: str, low: int | None = None,
             and not (past and hi == low and tie is not None and tie <= past[1])]
 
 
-def _statistic(actions: "pa.Table", name: str) -> list[int | None]:
+def statistic(actions: "pa.Table", name: str) -> list[int | None]:
+    """One statistic of every file in a table's add actions (`min.<column>`,
+    `max.<column>`), None for each where the log has none."""
     return actions.column(name).to_pylist() if name in actions.column_names \
         else [None] * actions.num_rows
 

@@ -28,7 +28,7 @@ from pipelines.bronze.schema import CHANGES_SCHEMA
 from pipelines.catalog import (
     TableNames, TableRef, ensure_schema, read_table, save_table, staged, table_exists,
     table_schema)
-from pipelines.lake import Lake, TableLocation, statistics_bound
+from pipelines.lake import Lake, TableLocation, statistic, statistics_bound
 from pipelines.local_frames import local_frame
 from pipelines.positions import Position
 from pipelines.silver.events import CHANGE_INDEX, COMMIT_TS, LSN, OLD_KEY, XID, col
@@ -308,8 +308,7 @@ def skips_files(files: pa.Table | None, reach: Reach | None) -> bool:
     skipping a few small files saves. True where the log cannot say."""
     if files is None or reach is None or f"min.{reach.key}" not in files.column_names:
         return True
-    lows = files.column(f"min.{reach.key}").to_pylist()
-    highs = files.column(f"max.{reach.key}").to_pylist()
+    lows, highs = statistic(files, f"min.{reach.key}"), statistic(files, f"max.{reach.key}")
     rows = files.column("num_records").to_pylist()
     skipped = sum(n or 0 for low, high, n in zip(lows, highs, rows)
                   if low is not None and high is not None and reach.misses(low, high))

@@ -8,15 +8,18 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
-from pipelines.lake import read_delta
+from pipelines.catalog import TableRef
+from pipelines.lake import location, read_delta
 from pipelines.silver.job import run_silver
 from pipelines.silver.key_ranges import Reach, key_range, ranged_totals
 from pipelines.silver.merge import silver_merge_sql
 from pipelines.silver.merge_modes import PERSISTENT_DELETION_VECTORS
+from pipelines.silver.tables import file_statistics, skips_files
 from tests.support.bronze_builder import Table
 from tests.support.silver_changes import ITEMS, items
 
@@ -204,13 +207,6 @@ def test_the_key_range_is_left_out_where_it_would_skip_no_file(spark, lake, conf
 ])
 def test_a_key_range_is_worth_its_test_where_it_skips_a_tenth_of_the_rows(
         tmp_path, files, ranges, worth):
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    from pipelines.catalog import TableRef
-    from pipelines.lake import location
-    from pipelines.silver.tables import file_statistics, skips_files
-
     for low, high in files:
         write_deltalake(str(tmp_path), pa.table({"id": list(range(low, high + 1))}),
                         mode="append")

@@ -77,27 +77,26 @@ def test_the_newest_shape_and_every_control_in_bronze_order(scan):
     assert [(w.low, w.high) for w in items.windows] == [((11, 0), (14, 0))]
 
 
-def test_files_wholly_before_the_bounds_are_not_read(scan, monkeypatch):
+@pytest.fixture
+def read(monkeypatch) -> list[str]:
+    """The bronze files the summary reads, as it reads them."""
     from pipelines.silver import bronze_summary
 
-    read = []
+    uris: list[str] = []
     reader = bronze_summary.read_data_file
     monkeypatch.setattr(bronze_summary, "read_data_file",
-                        lambda *args: read.append(args[1]) or reader(*args))
+                        lambda *args: uris.append(args[1]) or reader(*args))
+    return uris
+
+
+def test_files_wholly_before_the_bounds_are_not_read(scan, read):
     result = scan([ITEMS.insert(lsn, 0, id=lsn, name="x") for lsn in (10, 20, 30)],
                   after=(25, 0), commits=3)
     assert result.tables["public.items"].inserts == 1 and len(read) == 1
 
 
-
 @pytest.mark.parametrize("after, inserts, reads", [((20, 1), 1, 1), ((20, 0), 2, 2)])
-def test_a_file_that_ends_at_the_bound_is_not_read(scan, monkeypatch, after, inserts, reads):
-    from pipelines.silver import bronze_summary
-
-    read = []
-    reader = bronze_summary.read_data_file
-    monkeypatch.setattr(bronze_summary, "read_data_file",
-                        lambda *args: read.append(args[1]) or reader(*args))
+def test_a_file_that_ends_at_the_bound_is_not_read(scan, read, after, inserts, reads):
     # two files, (10.0, 20.1) and (20.0, 30.0): past (20, 1) only the second has rows
     rows = [ITEMS.insert(10, 0, id=1, name="x"), ITEMS.insert(20, 0, id=2, name="y"),
             ITEMS.insert(20, 1, id=3, name="z"), ITEMS.insert(30, 0, id=4, name="w")]
