@@ -29,9 +29,12 @@ install: $(VENV)/.installed
 java:
 	@scripts/ensure-java.sh
 
-# Delta Lake's jars for classic Spark, fetched from Maven Central once into Ivy's cache.
-$(VENV)/.spark-jars: $(VENV)/.installed scripts/fetch-spark-jars.py | java
+# Delta Lake's jars for classic Spark, fetched from Maven Central once into Ivy's cache,
+# then the class archive a classic driver starts from (pipelines/build_class_archive.py).
+$(VENV)/.spark-jars: $(VENV)/.installed scripts/fetch-spark-jars.py pipelines/build_class_archive.py \
+		| java
 	$(BIN)/python scripts/fetch-spark-jars.py
+	$(BIN)/python -m pipelines.build_class_archive
 	touch $@
 
 spark-jars: $(VENV)/.spark-jars
@@ -89,6 +92,7 @@ $(LATEST)/.installed: pyproject.toml constraints/spark-4.2.txt | java
 	$(LATEST)/bin/pip install --quiet --upgrade pip
 	$(LATEST)/bin/pip install --quiet -e '.[local,spark,test]' -c constraints/spark-4.2.txt
 	$(LATEST)/bin/python scripts/fetch-spark-jars.py
+	$(LATEST)/bin/python -m pipelines.build_class_archive
 	touch $@
 
 test-spark-latest: $(LATEST)/.installed object-stores postgres

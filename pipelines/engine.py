@@ -24,6 +24,7 @@ from pipelines import storage
 from pipelines.config import PORTS, is_port
 from pipelines.errors import ConfigError
 from pipelines.extras import check_engine
+from pipelines.class_archive import JAVA_OPTIONS, driver_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -127,6 +128,16 @@ CLASSIC_CONF = {
 SHUFFLE = "spark.sql.shuffle.partitions"
 
 
+def with_class_archive(conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf` with the driver JVM started from the class archive (pipelines.class_archive)
+    where one is built and `conf` asks for no other."""
+    options = conf.get(JAVA_OPTIONS, "")
+    archive = driver_java_options()
+    if archive is None or "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
+        return dict(conf)
+    return {**conf, JAVA_OPTIONS: f"{options} {archive}".strip()}
+
+
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # Connect in a driver
 CONNECT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
@@ -157,7 +168,7 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
         os.environ.pop(variable, None)
     builder = SparkSession.builder.master(master).appName("lakehouse") \
         .config("spark.sql.warehouse.dir", str(warehouse))
-    for key, value in {**CLASSIC_CONF, **(conf or {})}.items():
+    for key, value in {**CLASSIC_CONF, **with_class_archive(conf or {})}.items():
         builder = builder.config(key, value)
     try:
         if jars:
