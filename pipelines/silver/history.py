@@ -60,11 +60,10 @@ _OP, _KIND, _POS = "_cdc_h_op", "_cdc_h_kind", "_cdc_h_pos"
 _FROM, _FROM_TS, _OPENED_BY = "_cdc_h_from", "_cdc_h_from_ts", "_cdc_h_opened_by"
 _CLOSED, _CLOSED_TS = "_cdc_h_closed", "_cdc_h_closed_ts"  # the closing that closes it
 _PREV, _NEXT = "_cdc_h_prev", "_cdc_h_next"
-_HAS_PREV, _PREV_SAME, _PREV_OP, _PREV_CLOSED = (
-    "_cdc_h_has_prev", "_cdc_h_prev_same", "_cdc_h_prev_op", "_cdc_h_prev_closed")
-_HAS_NEXT, _NEXT_SAME, _NEXT_OP, _NEXT_KIND, _NEXT_POS, _NEXT_TS = (
-    "_cdc_h_has_next", "_cdc_h_next_same", "_cdc_h_next_op", "_cdc_h_next_kind",
-    "_cdc_h_next_pos", "_cdc_h_next_ts")
+_HAS_PREV, _OPENS = "_cdc_h_has_prev", "_cdc_h_opens"
+_HAS_NEXT, _NEXT_OP, _NEXT_OPENS, _NEXT_POS, _NEXT_TS = (
+    "_cdc_h_has_next", "_cdc_h_next_op", "_cdc_h_next_opens", "_cdc_h_next_pos",
+    "_cdc_h_next_ts")
 _STARTS, _LAST, _START = "_cdc_h_starts", "_cdc_h_last", "_cdc_h_start"
 
 
@@ -121,7 +120,8 @@ def history_versions(events: DataFrame, base: DataFrame, keys: Sequence[str],
     """
     return (combined_stream(events, base, keys, columns)
             .transform(with_closings, closings)
-            .transform(with_neighbours, keys, tracked)
+            .transform(with_openings, keys, tracked)
+            .transform(with_next, keys)
             .transform(version_edges, keys, columns)
             .transform(versions_from_edges, keys, columns))
 
@@ -165,60 +165,64 @@ def _closed_at(closings: Sequence[Closing], lsn: Column, index: Column) -> tuple
     return found.getField("p"), F.timestamp_micros(found.getField("t"))
 
 
-def with_neighbours(stream: DataFrame, keys: Sequence[str], tracked: Sequence[str]
-                    ) -> DataFrame:
-    """Each row with what the rules need of the rows before and after it of its key
-    (null where none is): whether one is, whether its tracked values equal this row's,
-    its op, kind, position, closing and commit time."""
-    seen = [*keys, *tracked, _OP, _KIND, _CLOSED, _POS, COMMIT_TS]
+def with_openings(stream: DataFrame, keys: Sequence[str], tracked: Sequence[str]
+                  ) -> DataFrame:
+    """Each row with whether the row before it in (key, position) order is of its key,
+    and whether it opens a version (the rules, module docstring): what they need of the
+    row before, in one window."""
+    seen = [*keys, *tracked, _OP, _CLOSED]
+    prev = F.col(_PREV)
+
+    def field(name: str) -> Column:
+        return prev.getField(f"f{seen.index(name)}")
+
+    same_key = prev.isNotNull()
+    for k in keys:
+        same_key = same_key & (field(k) == col(k))
+    same_key = F.coalesce(same_key, F.lit(False))
+    same_tracked = F.lit(True)
+    for c in tracked:
+        same_tracked = same_tracked & field(c).eqNullSafe(col(c))
+    continues = same_key & _alive_at(field(_OP), field(_CLOSED), F.col(_POS))
+    kind = F.col(_KIND)
+    opens = (kind != _BASE) & (F.col(_OP) == UPSERT) & _opens(continues, kind, same_tracked)
     near = F.struct(*(col(n).alias(f"f{i}") for i, n in enumerate(seen)))
-    order = _key_order(keys)
-    stream = stream.select("*", F.lag(near).over(order).alias(_PREV),
-                           F.lead(near).over(order).alias(_NEXT))
+    return (stream.select("*", F.lag(near).over(_key_order(keys)).alias(_PREV))
+            .select("*", same_key.alias(_HAS_PREV), opens.alias(_OPENS)).drop(_PREV))
 
-    def field(row: str, name: str) -> Column:
-        return F.col(row).getField(f"f{seen.index(name)}")
 
-    def same_key(row: str) -> Column:
-        equal = F.col(row).isNotNull()
-        for k in keys:
-            equal = equal & (field(row, k) == col(k))
-        return F.coalesce(equal, F.lit(False))
+def with_next(stream: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Each row with what the rules need of the row after it of its key (null where none
+    is): whether one is, its op, whether it opens a version, its position and commit
+    time. The row after is of the same key exactly where its own row before is this one.
+    Engines pay per value a window carries: this one carries five, not the row's
+    tracked values, which with_openings compared already."""
+    seen = [_HAS_PREV, _OP, _OPENS, _POS, COMMIT_TS]
+    near = F.struct(*(col(n).alias(f"f{i}") for i, n in enumerate(seen)))
+    stream = stream.select("*", F.lead(near).over(_key_order(keys)).alias(_NEXT))
+    has_next = F.coalesce(F.col(_NEXT).getField("f0"), F.lit(False))
 
-    def same_tracked(row: str) -> Column:
-        equal = F.lit(True)
-        for c in tracked:
-            equal = equal & field(row, c).eqNullSafe(col(c))
-        return F.when(same_key(row), equal)
-
-    def of(row: str, name: str) -> Column:
-        return F.when(same_key(row), field(row, name))
+    def of(name: str) -> Column:
+        return F.when(has_next, F.col(_NEXT).getField(f"f{seen.index(name)}"))
 
     return stream.select(
-        "*", same_key(_PREV).alias(_HAS_PREV), same_tracked(_PREV).alias(_PREV_SAME),
-        of(_PREV, _OP).alias(_PREV_OP), of(_PREV, _CLOSED).alias(_PREV_CLOSED),
-        same_key(_NEXT).alias(_HAS_NEXT), same_tracked(_NEXT).alias(_NEXT_SAME),
-        of(_NEXT, _OP).alias(_NEXT_OP), of(_NEXT, _KIND).alias(_NEXT_KIND),
-        of(_NEXT, _POS).alias(_NEXT_POS), of(_NEXT, COMMIT_TS).alias(_NEXT_TS),
-    ).drop(_PREV, _NEXT)
+        "*", has_next.alias(_HAS_NEXT), of(_OP).alias(_NEXT_OP),
+        of(_OPENS).alias(_NEXT_OPENS), of(_POS).alias(_NEXT_POS),
+        of(COMMIT_TS).alias(_NEXT_TS)).drop(_NEXT)
 
 
 def version_edges(stream: DataFrame, keys: Sequence[str], columns: Sequence[str]
                   ) -> DataFrame:
     """The rows that open or last write a version (the rules, module docstring), each
     with where its version would end if it is the last: only they make a version."""
-    upsert, kind, position = F.col(_OP) == UPSERT, F.col(_KIND), F.col(_POS)
+    upsert, kind = F.col(_OP) == UPSERT, F.col(_KIND)
     has_next, next_position = F.col(_HAS_NEXT), F.col(_NEXT_POS)
-    continues = F.col(_HAS_PREV) & _alive_at(F.col(_PREV_OP), F.col(_PREV_CLOSED), position)
-    opens = (kind != _BASE) & upsert & _opens(continues, kind, F.col(_PREV_SAME))
-    next_opens = (F.col(_NEXT_OP) == UPSERT) & _opens(
-        _alive_at(F.col(_OP), F.col(_CLOSED), next_position), F.col(_NEXT_KIND),
-        F.col(_NEXT_SAME))
     closed_first = F.col(_CLOSED).isNotNull() & (~has_next | (F.col(_CLOSED) < next_position))
     # A version's last row: nothing of its key follows, or a closing comes first, or
     # the next event deletes the key or opens another version.
-    last = upsert & (~has_next | closed_first | (F.col(_NEXT_OP) == DELETE) | next_opens)
-    starts = opens | (kind == _BASE)
+    last = upsert & (~has_next | closed_first | (F.col(_NEXT_OP) == DELETE)
+                     | F.col(_NEXT_OPENS))
+    starts = F.col(_OPENS) | (kind == _BASE)
     return stream.filter(starts | last).select(
         *(col(k) for k in keys), *(col(c) for c in columns), LSN, CHANGE_INDEX, COMMIT_TS,
         starts.alias(_STARTS), last.alias(_LAST), _FROM, _FROM_TS, _OPENED_BY,

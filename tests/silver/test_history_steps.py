@@ -13,7 +13,8 @@ from chispa import assert_df_equality
 
 from pipelines.positions import position_number
 from pipelines.silver.history import (
-    combined_stream, version_edges, versions_from_edges, with_closings, with_neighbours)
+    combined_stream, version_edges, versions_from_edges, with_closings, with_next,
+    with_openings)
 from pipelines.silver.scan import Closing
 
 pytestmark = pytest.mark.spark
@@ -26,17 +27,16 @@ HISTORY = ("id long, v string, _valid_from decimal(38,0), _valid_to decimal(38,0
 STREAM = (f"{ROW}, _cdc_h_op string, _cdc_h_kind string, _cdc_h_pos decimal(38,0), "
           "_cdc_h_from decimal(38,0), _cdc_h_from_ts timestamp, _cdc_h_opened_by string")
 CLOSED = f"{STREAM}, _cdc_h_closed decimal(38,0), _cdc_h_closed_ts timestamp"
-NEIGHBOURS = (f"{CLOSED}, _cdc_h_has_prev boolean, _cdc_h_prev_same boolean, "
-              "_cdc_h_prev_op string, _cdc_h_prev_closed decimal(38,0), "
-              "_cdc_h_has_next boolean, _cdc_h_next_same boolean, _cdc_h_next_op string, "
-              "_cdc_h_next_kind string, _cdc_h_next_pos decimal(38,0), "
+OPENINGS = f"{CLOSED}, _cdc_h_has_prev boolean, _cdc_h_opens boolean"
+NEIGHBOURS = (f"{OPENINGS}, _cdc_h_has_next boolean, _cdc_h_next_op string, "
+              "_cdc_h_next_opens boolean, _cdc_h_next_pos decimal(38,0), "
               "_cdc_h_next_ts timestamp")
 EDGES = (f"{ROW}, _cdc_h_starts boolean, _cdc_h_last boolean, _cdc_h_from decimal(38,0), "
          "_cdc_h_from_ts timestamp, _cdc_h_opened_by string, _valid_to decimal(38,0), "
          "_valid_to_ts timestamp")
 EPOCH = datetime(2026, 1, 5, 8, 0)
-NO_PREV = (False, None, None, None)
-NO_NEXT = (False, None, None, None, None, None)
+FIRST, OPENS, CONTINUES = (False, False), (True, True), (True, False)  # with_openings
+NO_NEXT = (False, None, None, None, None)
 OPEN = (None, None)  # no closing closes the row
 
 
@@ -65,13 +65,9 @@ def based(key: int, v: str, start: int, last: int) -> tuple:
             ts(start), "insert")
 
 
-def before(same: bool, op: str = "upsert", closed: Decimal | None = None) -> tuple:
-    return (True, same, op, closed)
-
-
-def after(same: bool, lsn: int, op: str = "upsert", kind: str = "update",
-          index: int = 0) -> tuple:
-    return (True, same, op, kind, number(lsn, index), ts(lsn))
+def after(lsn: int, opens: bool, op: str = "upsert", index: int = 0) -> tuple:
+    """What with_next gives a row whose key's next row is at `lsn`."""
+    return (True, op, opens, number(lsn, index), ts(lsn))
 
 
 def edge(row: tuple, starts: bool, last: bool, to: int | None = None,
@@ -114,23 +110,42 @@ def test_without_closings_no_row_is_closed(spark):
           [change(1, "a", 5) + OPEN], CLOSED)
 
 
-def test_each_row_sees_the_rows_before_and_after_it_of_its_key(spark):
+def test_a_row_opens_a_version_where_the_row_before_it_of_its_key_allows(spark):
     stream = [change(1, "b", 12) + (number(15), ts(15)), based(1, "a", 5, 7) + OPEN,
-              change(2, None, 11, "delete") + OPEN, change(1, "a", 10, index=1) + OPEN]
-    actual = with_neighbours(spark.createDataFrame(stream, CLOSED), ["id"], ["v"])
-    check(spark, actual, [  # in position order: 7, (10, 1), 12
-        stream[1] + NO_PREV + after(True, 10, index=1),
-        stream[3] + before(True) + after(False, 12),
-        stream[0] + before(False) + NO_NEXT,
-        stream[2] + NO_PREV + NO_NEXT],  # another key's rows are not its neighbours
-        NEIGHBOURS)
+              change(2, None, 11, "delete") + OPEN, change(1, "a", 10, index=1) + OPEN,
+              change(3, "c", 8, "insert") + (number(10), ts(10)),
+              change(3, "c", 12, "insert") + OPEN,
+              based(4, "a", 5, 5) + OPEN, change(4, "d", 20, "snapshot") + OPEN]
+    actual = with_openings(spark.createDataFrame(stream, CLOSED), ["id"], ["v"])
+    check(spark, actual, [  # key 1 in position order: 7, (10, 1), 12
+        stream[1] + FIRST,  # a base row opens nothing: its version is open
+        stream[3] + CONTINUES,  # the same values continue the version
+        stream[0] + OPENS,  # other values open one
+        stream[2] + FIRST,  # another key's rows are not its neighbours; a delete opens none
+        stream[4] + (False, True),  # the first change of its key opens one
+        stream[5] + OPENS,  # the same values, but its key's version was closed at 10
+        stream[6] + FIRST,
+        stream[7] + CONTINUES],  # a backfill row never splits a version
+        OPENINGS)
 
 
 def test_only_untracked_columns_changing_leaves_the_rows_the_same(spark):
     stream = [change(1, "a", 10) + OPEN, change(1, "b", 12) + OPEN]
-    actual = with_neighbours(spark.createDataFrame(stream, CLOSED), ["id"], [])
-    check(spark, actual, [stream[0] + NO_PREV + after(True, 12),
-                          stream[1] + before(True) + NO_NEXT], NEIGHBOURS)
+    actual = with_openings(spark.createDataFrame(stream, CLOSED), ["id"], [])
+    check(spark, actual, [stream[0] + (False, True), stream[1] + CONTINUES], OPENINGS)
+
+
+def test_each_row_sees_the_row_after_it_of_its_key(spark):
+    stream = [based(1, "a", 5, 7) + OPEN + FIRST, change(1, "a", 10, index=1) + OPEN + CONTINUES,
+              change(1, "b", 12) + (number(15), ts(15)) + OPENS,
+              change(2, None, 11, "delete") + OPEN + FIRST,
+              change(3, "c", 13, "insert") + OPEN + (False, True)]
+    actual = with_next(spark.createDataFrame(stream, OPENINGS), ["id"])
+    check(spark, actual, [
+        stream[0] + after(10, False, index=1), stream[1] + after(12, True),
+        stream[2] + NO_NEXT,
+        stream[3] + NO_NEXT,  # the row after it is another key's
+        stream[4] + NO_NEXT], NEIGHBOURS)
 
 
 def test_edges_are_the_rows_that_open_or_last_write_a_version(spark):
@@ -139,14 +154,14 @@ def test_edges_are_the_rows_that_open_or_last_write_a_version(spark):
     deleted = change(2, None, 11, "delete")
     kept, snapshot = based(4, "a", 5, 5), change(4, "d", 20, "snapshot")
     stream = [
-        base + OPEN + NO_PREV + after(True, 10),
-        same + OPEN + before(True) + after(False, 12),
-        changed + OPEN + before(False) + NO_NEXT,
-        closed + (number(10), ts(10)) + NO_PREV + after(True, 12, kind="insert"),
-        reopened + OPEN + before(True, closed=number(10)) + NO_NEXT,
-        deleted + OPEN + NO_PREV + NO_NEXT,
-        kept + OPEN + NO_PREV + after(False, 20, kind="snapshot"),
-        snapshot + OPEN + before(False) + NO_NEXT]
+        base + OPEN + FIRST + after(10, False),
+        same + OPEN + CONTINUES + after(12, True),
+        changed + OPEN + OPENS + NO_NEXT,
+        closed + (number(10), ts(10)) + (False, True) + after(12, True),
+        reopened + OPEN + OPENS + NO_NEXT,
+        deleted + OPEN + FIRST + NO_NEXT,
+        kept + OPEN + FIRST + after(20, False),
+        snapshot + OPEN + CONTINUES + NO_NEXT]
     check(spark, version_edges(spark.createDataFrame(stream, NEIGHBOURS), ["id"], ["v"]), [
         edge(base, starts=True, last=False, to=10),  # the same values continue it
         edge(same, starts=False, last=True, to=12),  # the next row changes v
