@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Mapping
 
 ARCHIVE = Path(sys.prefix) / "share" / "lakehouse" / "spark-classes.jsa"
 # A stale archive (another JDK, changed jars) is skipped with a warning on stdout: only
@@ -29,3 +30,13 @@ def driver_java_options(archive: Path | None = None) -> str | None:
     if not archive.is_file():
         return None
     return f"-XX:SharedArchiveFile={archive} {QUIET}"
+
+
+def with_class_archive(conf: Mapping[str, str]) -> dict[str, str]:
+    """A classic session's `conf` with its driver JVM started from the archive, where one
+    is built and `conf` asks for no other (nor records one)."""
+    options = conf.get(JAVA_OPTIONS, "")
+    archive = driver_java_options()
+    if archive is None or "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
+        return dict(conf)
+    return {**conf, JAVA_OPTIONS: f"{options} {archive}".strip()}

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from pipelines import storage
+from pipelines.class_archive import with_class_archive
 from pipelines.config import PORTS, is_port
 from pipelines.errors import ConfigError
 from pipelines.extras import check_engine
-from pipelines.class_archive import JAVA_OPTIONS, driver_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -126,16 +126,6 @@ CLASSIC_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
-
-
-def with_class_archive(conf: Mapping[str, str]) -> dict[str, str]:
-    """`conf` with the driver JVM started from the class archive (pipelines.class_archive)
-    where one is built and `conf` asks for no other."""
-    options = conf.get(JAVA_OPTIONS, "")
-    archive = driver_java_options()
-    if archive is None or "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
-        return dict(conf)
-    return {**conf, JAVA_OPTIONS: f"{options} {archive}".strip()}
 
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # Connect in a driver

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import class_archive
-from pipelines.engine import with_class_archive
-from pipelines.class_archive import JAVA_OPTIONS, QUIET, driver_java_options
+from pipelines.class_archive import (JAVA_OPTIONS, QUIET, driver_java_options,
+                                     with_class_archive)
 
 
 @pytest.fixture
