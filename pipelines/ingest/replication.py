@@ -15,7 +15,7 @@ from psycopg import pq
 
 from pipelines.errors import SourceError
 from pipelines.names import pg_identifier
-from pipelines.positions import format_lsn
+from pipelines.positions import format_lsn, parse_lsn
 from pipelines.ingest.wire import encode_standby_status_update
 from pipelines.source.lineage import RECOVER
 from pipelines.source.text_format import with_text_format
@@ -45,12 +45,27 @@ class ReplicationStream:
         self._conn = _connect(with_text_format(dsn, replication="database"))
         try:
             self.protocol_version = 2 if self._conn.server_version >= 140000 else 1
+            self.confirmed = max(start_lsn, self._slot_confirmed())
             self._start(publication, start_lsn)
         except BaseException:
             self._conn.finish()
             raise
         self._conn.nonblocking = 1
         self._last_status = 0.0
+
+    def _slot_confirmed(self) -> int:
+        """Where the server already has the slot (0: unknown).
+
+        A status below it would move the slot back: Postgres before 18 takes any flush
+        position it is sent. Repeating the server's own position confirms nothing new.
+        """
+        literal = "'" + self.slot.replace("'", "''") + "'"  # no parameters on this protocol
+        result = self._conn.exec_(b"SELECT confirmed_flush_lsn::text FROM "
+                                  b"pg_replication_slots WHERE slot_name = " + literal.encode())
+        if result.status != pq.ExecStatus.TUPLES_OK or not result.ntuples:
+            return 0  # START_REPLICATION says what is wrong with the slot
+        value = result.get_value(0, 0)
+        return parse_lsn(value.decode()) if value else 0
 
     def _start(self, publication: str, start_lsn: int) -> None:
         options = [("proto_version", str(self.protocol_version)),

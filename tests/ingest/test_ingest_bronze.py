@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pipelines.ingest.replication import ReplicationStream
 from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 from tests.support.ingest import bronze, execute, ingest
 from tests.support.slots import drop_slot
@@ -124,6 +125,28 @@ def test_slot_advances_when_only_unpublished_tables_change(source):
     assert len(bronze(source)) == 1
 
 
+def test_a_new_connection_never_moves_the_slot_back(source):
+    """The slot may be past bronze's end (WAL of unpublished tables confirmed while idle);
+    a connection that starts from bronze's end must not report less than the slot has."""
+    dsn = source.source.dsn
+    execute(dsn, "INSERT INTO items (id) VALUES (1)")
+    end = ingest(source).confirmed_lsn  # bronze's end
+    execute(dsn, "INSERT INTO unpublished VALUES (1, 'x')")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ahead = conn.execute("SELECT pg_replication_slot_advance('lakehouse', "
+                             "pg_current_wal_lsn())").fetchone()[0][1]
+    stream = ReplicationStream(dsn, source.source.slot, source.source.publication, end)
+    stream.confirm(end)
+    stream.close()
+    with psycopg.connect(dsn) as conn:
+        while conn.execute("SELECT active FROM pg_replication_slots "
+                           "WHERE slot_name = 'lakehouse'").fetchone()[0]:
+            time.sleep(0.05)  # the walsender applies the status before it exits
+        confirmed = conn.execute("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                 "WHERE slot_name = 'lakehouse'").fetchone()[0]
+    assert confirmed == ahead
+
+
 def test_restart_resumes_exactly_and_confirms_only_landed_transactions(source):
     dsn = source.source.dsn
     execute(dsn, "INSERT INTO items (id) VALUES (1)")
@@ -225,8 +248,6 @@ def test_busy_slot_is_a_clear_source_error(source):
 
 def test_reconnects_after_the_connection_is_killed(source):
     dsn = source.source.dsn
-    from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
-
     stop = StopRequested()
     result = {}
     worker = threading.Thread(target=lambda: result.update(
@@ -267,7 +288,6 @@ def _wait_for_rows(config, count: int, timeout: float = 10) -> None:
 def test_a_slot_dropped_while_streaming_stops_the_ingest_with_exit_3(source):
     """Retrying a dropped slot forever would look healthy: stop with a clear error."""
     from pipelines.errors import SourceError
-    from pipelines.ingest.run import IngestOptions, StopRequested, run_ingest
 
     dsn = source.source.dsn
     outcome = {}
