@@ -1,7 +1,8 @@
 """The replication connection: START_REPLICATION over libpq, frames in, status out.
 
 This module owns the connection and what is confirmed to Postgres. It confirms only what
-the caller says is durable (`confirm`), never the LSN of a data message.
+the caller says is durable (`confirm`), never the LSN of a data message, and never less
+than the slot already holds.
 """
 
 from __future__ import annotations
