@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUFFLE_PARTITIONS = "4"
+HUGE_METHOD_BYTES = 8000  # HotSpot's HugeMethodLimit: a longer method is never compiled
 
 
 def get_spark(config: "Config", endpoint: "Endpoint | None" = None) -> "SparkSession":
@@ -124,6 +125,12 @@ CLASSIC_CONF = {
     # MERGE copies a source it cannot prove stable before it reads it twice: every MERGE
     # source here is staged Parquet or an empty relation, which no one changes meanwhile.
     "spark.databricks.delta.merge.materializeSource": "none",
+    # HotSpot never compiles a method of more than 8,000 bytes of bytecode: whole-stage
+    # code generation over a table's typing (a CASE, a pattern and a cast per column)
+    # makes such methods, which then run in the interpreter, several times slower than
+    # the per-operator code Spark falls back to under this limit (Spark's own advice
+    # for HotSpot; its default only catches methods the JVM refuses to load).
+    "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_BYTES),
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
 
