@@ -30,9 +30,16 @@ def _unchanged(name: str) -> Column:
     return F.array_contains(F.col(UNCHANGED), F.lit(name))
 
 
-def _resolve(events: DataFrame, columns: Sequence[str], found: dict[str, Column],
+def _resolve(events: DataFrame, columns: Sequence[str], windows: dict[str, Column],
              targets: Column) -> DataFrame:
-    """Set each unchanged column of the `targets` rows to found[c].v where found."""
+    """Set each unchanged column of the `targets` rows to windows[c].v where found.
+
+    Each window is computed once, into a column of its own: the engines do not share a
+    window expression used several times, so each use would be a window function of its
+    own, each carrying a copy of the value through the shuffle."""
+    names = {c: f"_cdc_found_{i}" for i, c in enumerate(columns)}
+    events = events.select("*", *(windows[c].alias(names[c]) for c in columns))
+    found = {c: F.col(names[c]) for c in columns}
     resolved = {c: targets & _unchanged(c) & found[c].isNotNull()
                 & field(found[c], "from").isNull() for c in columns}
     inherited = [F.when(targets & _unchanged(c), field(found[c], "from")) for c in columns]
@@ -42,7 +49,7 @@ def _resolve(events: DataFrame, columns: Sequence[str], found: dict[str, Column]
         F.col(UNCHANGED), F.array(*(F.when(resolved[c], F.lit(c)) for c in columns)))
     updates[OLD_KEY] = F.coalesce(F.col(OLD_KEY), *inherited) if inherited else F.col(OLD_KEY)
     return events.select(*(updates[n].alias(n) if n in updates else col(n)
-                           for n in events.columns))
+                           for n in events.columns if n not in names.values()))
 
 
 def fill_unchanged_toast(events: DataFrame, keys: Sequence[str], columns: Sequence[str],

@@ -90,3 +90,15 @@ def test_without_moved_rows_the_single_pass_fills_the_same(spark):
         actual = events.transform(
             lambda df: fill_unchanged_toast(df, ["id"], COLUMNS, moved_rows=moved_rows))
         assert_frames(actual, expected, ["id", "_lsn"])
+
+
+def test_each_column_s_fill_is_one_window_function_per_pass(spark, engine):
+    """The value found for a column is used four times; computed once per pass, it is one
+    window function carrying the value through the shuffle, not one per use."""
+    if engine != "spark":
+        pytest.skip("reads classic Spark's optimized plan")
+    events = spark.createDataFrame([("1", "a", "D1", 10, 0, "upsert", [], None)], EVENTS)
+    for moved_rows, passes in ((True, 2), (False, 1)):
+        filled = fill_unchanged_toast(events, ["id"], COLUMNS, moved_rows=moved_rows)
+        plan = filled._jdf.queryExecution().optimizedPlan().toString()  # noqa: SLF001
+        assert plan.count("windowspecdefinition(") == passes * len(COLUMNS)
