@@ -152,31 +152,3 @@ def test_a_batch_of_only_a_truncate_closes_the_current_versions(spark, lake, con
     lake.append_changes([ITEMS.truncate(11, 0)])  # no row of the table: no shape
     run_silver(config, spark)
     assert versions(spark, lake.root) == [(1, "a", "x", p(10), p(11), False, "insert")]
-
-
-def test_the_versions_a_batch_continues_are_merged_within_their_valid_from_range(
-        spark, lake, config):
-    """History is appended in _valid_from order: the MERGE of the versions open at the
-    batch's start carries their range, so the engines skip older files; a batch of new
-    keys only appends."""
-    from deltalake import DeltaTable
-
-    history = lake.root / "silver_history" / "public" / "items"
-    lake.append_changes([ITEMS.insert(10, i, id=i, name="a", doc="x") for i in range(3)])
-    run_silver(config, spark)
-    lake.append_changes([ITEMS.insert(20, i, id=10 + i, name="b", doc="y") for i in range(3)])
-    run_silver(config, spark)
-    lake.append_changes([ITEMS.update(30, 0, id=11, name="b2", unchanged=["doc"])])
-    run_silver(config, spark)
-    merges = [c["operationParameters"] for c in DeltaTable(str(history)).history()
-              if c["operation"] == "MERGE"]
-    assert len(merges) == 1  # the batch of new keys merged nothing
-    condition = merges[0].get("mergePredicate") or merges[0]["predicate"]  # Sail, delta-spark
-    # the range from the oldest continued version (11's) to the batch's start, as each
-    # engine spells it
-    assert "_valid_from" in condition and str(p(20, 1)) in condition \
-        and str(p(20, 2)) in condition
-    assert [v for v in versions(spark, lake.root) if v[0] == 11] == [
-        (11, "b", "y", p(20, 1), p(30), False, "insert"),
-        (11, "b2", "y", p(30), None, True, "update")]
-    assert len(versions(spark, lake.root)) == 7
