@@ -21,7 +21,7 @@ from pipelines.errors import DataError
 from pipelines.lake import statistics_bound
 from pipelines.local_frames import local_frame
 from pipelines.names import split_table
-from pipelines.position_columns import number_literal, sql_number
+from pipelines.position_columns import number_literal
 from pipelines.positions import Position, position_number
 from pipelines.silver.events import col
 from pipelines.silver.evolution import plan_schema
@@ -99,17 +99,9 @@ def _write_versions(run: SilverContext, target: TableRef, versions: DataFrame,
                   run.unique_source(versions.select(*order), version))
         return
     started = F.col(VALID_FROM) <= number_literal(after)
-    continued = versions.filter(started).select(*order)
-    opened = continued.agg(F.min(VALID_FROM)).first()[0]
-    if opened is not None:  # else every version of the batch is new
-        # History is appended in _valid_from order, so its files' statistics let the
-        # engines skip every file older than the oldest version the batch continues
-        # (recent keys' older versions are in every file their key range reaches).
-        since = (f"t.{VALID_FROM} BETWEEN {sql_number(int(opened))} "
-                 f"AND {sql_number(after)}")
-        run.merge(target, lambda view: history_merge_sql(
-            target.sql, view, keys, order, " AND ".join(filter(None, (bounds, since))),
-            insert=False), run.unique_source(continued, version))
+    run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order, bounds,
+                                                     insert=False),
+              run.unique_source(versions.filter(started).select(*order), version))
     save_table(versions.filter(~started).select(*order).write.format("delta").mode("append"),
                target)
 
