@@ -15,7 +15,7 @@ every second gains thousands of files an hour, and every read plans and opens ea
 from __future__ import annotations
 
 import logging
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -23,6 +23,9 @@ from pipelines.catalog import TableRef, silver_table_name, table_exists
 from pipelines.config import Config, SilverConfig
 from pipelines.lake import Lake, TableLocation, trim_log
 from pipelines.names import quote, spark_string
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable, WriterProperties
 
 log = logging.getLogger(__name__)
 DELETION_VECTORS = "delta.enableDeletionVectors"  # the table property
@@ -133,7 +136,8 @@ class LocalMaintenance:
         if small < self.settings.compact_files:
             return False
         try:
-            metrics = delta.optimize.compact(target_size=target)
+            metrics = delta.optimize.compact(target_size=target,
+                                             writer_properties=_trusted_statistics(delta))
         except Exception:  # noqa: BLE001 - a table left uncompacted is only slower
             log.warning("could not compact %s", table.path, exc_info=True)
             return False
@@ -160,6 +164,30 @@ class LocalMaintenance:
         # A MERGE then marks the rows it replaces instead of rewriting their files, so
         # its cost follows the batch (docs/silver.md, table layout).
         return {DELETION_VECTORS: "true"} if self.settings.deletion_vectors else {}
+
+
+
+WIDE_DECIMAL_DIGITS = 18  # a decimal of more digits is not a 64-bit integer in Parquet
+
+
+def _trusted_statistics(delta: DeltaTable) -> WriterProperties | None:
+    """The writer settings of a compaction: no statistics for decimal columns of more
+    than 18 digits (history's positions, wide numerics).
+
+    delta-rs 1.6 turns such a column's Parquet statistics into the log's through a
+    64-bit float and caps them at 2^63-1, so a compacted history file recorded a largest
+    `_valid_to` below its rows' once positions passed 2^63 (an LSN past about 922 MB of
+    WAL), and every engine skipped it for `_valid_to > x`: a point-in-time read lost
+    versions. A file without those statistics is read, never skipped."""
+    import pyarrow as pa
+    from deltalake import ColumnProperties, WriterProperties
+
+    wide = [f.name for f in pa.schema(delta.schema().to_arrow())
+            if pa.types.is_decimal(f.type) and f.type.precision > WIDE_DECIMAL_DIGITS]
+    if not wide:
+        return None
+    return WriterProperties(column_properties={
+        name: ColumnProperties(statistics_enabled="NONE") for name in wide})
 
 
 class DatabricksMaintenance:
