@@ -166,7 +166,6 @@ class LocalMaintenance:
         return {DELETION_VECTORS: "true"} if self.settings.deletion_vectors else {}
 
 
-
 WIDE_DECIMAL_DIGITS = 18  # a decimal of more digits is not a 64-bit integer in Parquet
 
 

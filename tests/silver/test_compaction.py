@@ -31,5 +31,5 @@ def test_positions_past_64_bits_are_found_in_a_compacted_history_file(tmp_path):
     table = DeltaTable(str(path))
     assert len(table.file_uris()) == 1
     later = QueryBuilder().register("h", table).execute(
-        "SELECT id FROM h WHERE _valid_to > CAST('{}' AS DECIMAL(38,0))".format(PAST_64_BITS))
+        f"SELECT id FROM h WHERE _valid_to > CAST('{PAST_64_BITS}' AS DECIMAL(38,0))")
     assert sorted(pa.table(later.read_all()).column("id").to_pylist()) == [1, 2]
