@@ -234,10 +234,16 @@ def table_exists(spark: "SparkSession", table: TableRef) -> bool:
     return spark.catalog.tableExists(table.sql)
 
 
-def staged(spark: "SparkSession", frame: "DataFrame", where: TableLocation) -> "DataFrame":
+def staged(spark: "SparkSession", frame: "DataFrame", where: TableLocation,
+           small: bool = False) -> "DataFrame":
     """`frame` materialized as Parquet at `where` (overwritten by the next use) and read
     back: the steps after it read plain files instead of running `frame`'s plan again,
-    and all see the same rows."""
+    and all see the same rows. small: the caller knows `frame` holds few rows; the
+    driver holds them instead (local_frames.held_frame) and `where` is left alone."""
+    if small:
+        from pipelines.local_frames import held_frame
+
+        return held_frame(spark, frame)
     frame.write.mode("overwrite").parquet(where.uri)
     return spark.read.schema(frame.schema).parquet(where.uri)
 

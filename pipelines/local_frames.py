@@ -24,3 +24,10 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: Stru
     data = pa.Table.from_pylist([dict(zip(names, row)) for row in rows],
                                 schema=to_arrow_schema(schema))
     return spark.createDataFrame(data, schema)
+
+
+def held_frame(spark: SparkSession, frame: DataFrame) -> DataFrame:
+    """`frame`'s rows computed once and held by the driver as a local relation: for a
+    small frame that later steps read several times, this writes, lists and reads back
+    no file, each of which is a Spark job and a commit on a classic driver."""
+    return spark.createDataFrame(frame.toArrow(), frame.schema)

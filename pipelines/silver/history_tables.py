@@ -67,7 +67,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
     # Staged: the TOAST fill and the versions both read it, and it is small (the open
     # versions of the batch's keys) where the table is large.
     base = staged(run.spark, _base(run, target, events, keys, after, bounds),
-                  run.lake.history_staging(schema, name, "base")) if exists else \
+                  run.lake.history_staging(schema, name, "base"), table.small) if exists else \
         local_frame(run.spark, [], wanted)
     fill = [c for c in columns if unchanged is None or c in unchanged]
     filled = fill_from_base(events, base, keys, fill, old_key if table.moved else ())
@@ -75,7 +75,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                                                   tracked_columns(run, table, shape,
                                                                   columns),
                                                   table.closings),
-                      run.lake.history_staging(schema, name, "versions"))
+                      run.lake.history_staging(schema, name, "versions"), table.small)
     if exists:
         _write_versions(run, target, versions, keys, bounds, after)
     else:  # a new table is its batch's new versions, in one write

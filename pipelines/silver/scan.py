@@ -32,6 +32,10 @@ from pipelines.silver.table_shape import TableShape
 from pipelines.silver.chunk_windows import (
     ChunkWindow, LandedWatermark, chunk_windows, parse_watermark)
 
+# A batch of at most this many bronze rows is small: the driver holds what silver stages
+# from it (a few rows per bronze row: at most tens of MB unless values are large).
+SMALL_BATCH_ROWS = 10_000
+
 
 @dataclass(frozen=True)
 class Closing:
@@ -69,6 +73,15 @@ class TableScan:
     @property
     def change_rows(self) -> int:
         return self.inserts + self.updates + self.deletes
+
+    @property
+    def small(self) -> bool:
+        """Whether the batch has at most SMALL_BATCH_ROWS rows in bronze (every chunk's
+        count known): what silver stages from them, a few rows per bronze row at most,
+        is then held by the driver (catalog.staged)."""
+        chunk_rows = [window.rows for window in self.windows]
+        return None not in chunk_rows and \
+            self.change_rows + sum(chunk_rows) <= SMALL_BATCH_ROWS
 
 
 @dataclass

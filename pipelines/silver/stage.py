@@ -3,13 +3,14 @@
 text events -> unchanged TOAST filled -> newest event per key above the truncate floor ->
 typed and cast to silver's final schema (values that cannot be typed kept aside) ->
 a moved row's columns filled from its old key's row -> stale events marked (only when a
-tombstone may be newer: BatchPlan.may_be_stale) -> staged (Parquet) -> checked, in one
-action that also finds the batch's key range and whether some event deletes a key.
+tombstone may be newer: BatchPlan.may_be_stale) -> staged (Parquet; held by the driver
+for a small batch: TableScan.small) -> checked, in one action that also finds the
+batch's key range and whether some event deletes a key.
 With history, every event is typed and staged first (history needs them all; silver
 takes the newest per key from them), and the check reads every event.
 
-Staged once: the check and every MERGE statement read plain files instead of re-running
-the batch's plan, and see the same events (on Sail a MERGE whose source is itself a join
+Staged once: the check and every MERGE statement read plain files (or the driver's
+rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE whose source is itself a join
 also runs markedly slower).
 """
 
@@ -56,7 +57,7 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
     every = None
     if run.keeps_history(scan.name):
         every = stage_every(run, _typed(plan, filled_events(plan.events, shape, plan.toast,
-                                                            scan.moved)), shape)
+                                                            scan.moved)), shape, scan.small)
         source = newest_events(every, shape, plan.floor, plan.one_chunk_row_per_key)
     else:
         source = _typed(plan, latest_events(plan.events, shape, plan.floor, plan.toast,
@@ -66,7 +67,8 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
         source = _filled_from_old_keys(run, plan, source)
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)
     marks = run.read(plan.marks) if plan.may_be_stale else None
-    newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape)
+    newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape,
+                          scan.small)
     return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 
 

@@ -315,14 +315,18 @@ def skips_files(files: pa.Table | None, reach: Reach | None) -> bool:
     return skipped >= WORTH_SKIPPING * sum(n or 0 for n in rows)
 
 
-def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
-    """Materialize the batch's typed newest events (Parquet, overwritten by the next run)."""
-    return staged(run.spark, frame.drop(XID, OLD_KEY), run.lake.staging(shape.schema,
-                                                                         shape.table))
+def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape,
+                 small: bool) -> DataFrame:
+    """Materialize the batch's typed newest events (Parquet, overwritten by the next run;
+    held by the driver for a small batch: TableScan.small)."""
+    return staged(run.spark, frame.drop(XID, OLD_KEY),
+                  run.lake.staging(shape.schema, shape.table), small)
 
 
-def stage_every(run: SilverContext, frame: DataFrame, shape: TableShape) -> DataFrame:
+def stage_every(run: SilverContext, frame: DataFrame, shape: TableShape,
+                small: bool) -> DataFrame:
     """Materialize every typed event of the batch (history's input; overwritten by the
-    next run). Old keys stay: a moved row's history continues its old key's."""
+    next run; held by the driver for a small batch). Old keys stay: a moved row's
+    history continues its old key's."""
     return staged(run.spark, frame.drop(XID),
-                  run.lake.history_staging(shape.schema, shape.table, "events"))
+                  run.lake.history_staging(shape.schema, shape.table, "events"), small)
