@@ -77,7 +77,7 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                                                   table.closings),
                       run.lake.history_staging(schema, name, "versions"), table.small)
     if exists:
-        _write_versions(run, target, versions, keys, bounds, after)
+        _write_versions(run, target, versions, keys, bounds, after, table.small)
     else:  # a new table is its batch's new versions, in one write
         create_table(run, target, wanted, replace_table,
                      versions.filter(F.col(VALID_FROM) > number_literal(after)))
@@ -86,14 +86,16 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
 
 
 def _write_versions(run: SilverContext, target: TableRef, versions: DataFrame,
-                    keys: Sequence[str], bounds: str | None, after: Position) -> None:
+                    keys: Sequence[str], bounds: str | None, after: Position,
+                    small: bool) -> None:
     """MERGE the versions that started before the batch (they are in the table) and
     append the others (new: far cheaper than matching them); a re-run of the batch
-    (its versions are in the table already) MERGEs them all. Each MERGE's source holds
-    one row per (key, _valid_from), what it matches on."""
+    (its versions are in the table already) and a small batch (TableScan.small: one
+    commit costs less than matching its few new versions) MERGE them all. Each MERGE's
+    source holds one row per (key, _valid_from), what it matches on."""
     order = run.schema(target).names  # evolved tables hold new columns last
     version = [*keys, VALID_FROM]
-    if _written_before(run, target, after):
+    if small or _written_before(run, target, after):
         run.merge(target, lambda view: history_merge_sql(target.sql, view, keys, order,
                                                          bounds),
                   run.unique_source(versions.select(*order), version))

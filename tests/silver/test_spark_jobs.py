@@ -18,6 +18,7 @@ BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing tab
 UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
 CHUNK_JOBS = 11  # a new table's first batch: two backfill chunks and a change in a window
 HISTORY_JOBS = 9  # a new table's first batch of inserts, with its history table
+HISTORY_UPDATE_JOBS = 18  # then a small batch of updates: one MERGE into each table
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
@@ -99,3 +100,8 @@ def test_a_first_batch_with_history_starts_a_fixed_number_of_jobs(classic, spark
     assert first.jobs == HISTORY_JOBS
     assert spark.read.format("delta").load(str(lake.root / "silver_history" / "public" / "items")
                                            ).filter("_is_current").count() == 20
+    lake.append_changes([ITEMS.update(11, i, id=i, name=f"m{i}", unchanged=["doc"])
+                         for i in range(5)])
+    with counted_jobs(spark) as updates:
+        run_silver(config, spark)
+    assert updates.jobs == HISTORY_UPDATE_JOBS
