@@ -10,8 +10,8 @@ With history, every event is typed and staged first (history needs them all; sil
 takes the newest per key from them), and the check reads every event.
 
 Staged once: the check and every MERGE statement read plain files (or the driver's
-rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE whose source is itself a join
-also runs markedly slower).
+rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE
+whose source is itself a join also runs markedly slower).
 """
 
 from __future__ import annotations
