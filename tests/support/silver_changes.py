@@ -15,8 +15,9 @@ EXPECTED_ITEMS = [(1, "a2", None), (2, "b2", "D2b"), (30, "c", "D3"), (100, "old
                   (101, "new", "P101")]
 
 
-def every_kind_of_change(lake: BronzeLake) -> None:
-    """Two tables, every kind of change, and a backfill chunk of rows older than the slot."""
+def every_kind_of_change(lake: BronzeLake, chunk_rows: int | None = None) -> None:
+    """Two tables, every kind of change, and a backfill chunk of rows older than the slot
+    (its high watermark counts `chunk_rows`, 2, if given)."""
     lake.append_changes([
         ITEMS.insert(10, 0, id=1, name="a", doc="D1"),
         ITEMS.insert(10, 1, id=2, name="b", doc="D2"),
@@ -32,7 +33,7 @@ def every_kind_of_change(lake: BronzeLake) -> None:
         MEMBERS.insert(17, 0, project=1, member=3, role="viewer"),
         ITEMS.watermark(18, 0, "b1", 1, "low"),
         ITEMS.update(19, 0, id=101, name="new", unchanged=["doc"], xid=93),  # in the window
-        ITEMS.watermark(20, 0, "b1", 1, "high", SNAP),
+        ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=chunk_rows),
         ITEMS.watermark(21, 0, "b1", 2, "low"),  # no high yet: chunk 2 is not applied
     ])
     lake.append_snapshots([
