@@ -64,12 +64,14 @@ def apply(run: SilverContext, table: TableScan, shape: TableShape, every: DataFr
                           *(c for c in every.columns if c not in {*keys, *columns}))
     # every version the batch writes is of these keys
     bounds = key_range if key_range is not None else find_key_range(events, keys)
-    # Staged: the TOAST fill and the versions both read it, and it is small (the open
-    # versions of the batch's keys) where the table is large.
-    base = staged(run.spark, _base(run, target, events, keys, after, bounds),
-                  run.lake.history_staging(schema, name, "base"), table.small) if exists else \
-        local_frame(run.spark, [], wanted)
     fill = [c for c in columns if unchanged is None or c in unchanged]
+    # Staged where the TOAST fill and the versions both read it: it is small (the open
+    # versions of the batch's keys) where the table is large.
+    base = _base(run, target, events, keys, after, bounds) if exists else \
+        local_frame(run.spark, [], wanted)
+    if exists and fill:
+        base = staged(run.spark, base, run.lake.history_staging(schema, name, "base"),
+                      table.small)
     filled = fill_from_base(events, base, keys, fill, old_key if table.moved else ())
     versions = staged(run.spark, history_versions(filled, base, keys, columns,
                                                   tracked_columns(run, table, shape,

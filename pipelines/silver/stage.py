@@ -6,8 +6,9 @@ a moved row's columns filled from its old key's row -> stale events marked (only
 tombstone may be newer: BatchPlan.may_be_stale) -> staged (Parquet; held by the driver
 for a small batch: TableScan.small) -> checked, in one action that also finds the
 batch's key range and whether some event deletes a key.
-With history, every event is typed and staged first (history needs them all; silver
-takes the newest per key from them), and the check reads every event.
+With history, every event is typed and staged first (history needs them all), and the
+check reads every event. Silver takes the newest per key from them, staged again only
+where it joins another table (a moved row's old key, tombstones).
 
 Staged once: the check and every MERGE statement read plain files (or the driver's
 rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE
@@ -63,12 +64,16 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
         source = _typed(plan, latest_events(plan.events, shape, plan.floor, plan.toast,
                                             scan.moved, plan.one_chunk_row_per_key,
                                             plan.changes))
-    if scan.moved and plan.silver_exists:
+    joins = scan.moved and plan.silver_exists
+    if joins:
         source = _filled_from_old_keys(run, plan, source)
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)
     marks = run.read(plan.marks) if plan.may_be_stale else None
-    newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape,
-                          scan.small)
+    newest = mark_stale_events(source, marks, plan.keys)
+    # The newest per key of staged events joined with nothing is one cheap pass over
+    # them: staging it again costs more than computing it in the MERGE statements.
+    if every is None or joins or marks is not None:
+        newest = stage_newest(run, newest, shape, scan.small)
     return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 
 
