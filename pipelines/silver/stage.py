@@ -7,8 +7,9 @@ tombstone may be newer: BatchPlan.may_be_stale) -> staged (Parquet; held by the 
 for a small batch: TableScan.small) -> checked, in one action that also finds the
 batch's key range and whether some event deletes a key.
 With history, every event is typed and staged first (history needs them all), and the
-check reads every event. Silver takes the newest per key from them, staged again only
-where it joins another table (a moved row's old key, tombstones).
+check reads every event. Silver takes the newest per key from them; through Spark
+Connect it is staged again only where it joins another table (a moved row's old key,
+tombstones).
 
 Staged once: the check and every MERGE statement read plain files (or the driver's
 rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE
@@ -33,6 +34,7 @@ from pipelines.silver.toast import fill_from_old_key_rows
 from pipelines.silver.types import (
     check_failures, failure_aggregates, failures_in, typed_columns,
     with_failed_texts)
+from pipelines.spark_jobs import is_classic
 
 
 DELETES = "_cdc_deletes"  # the check's count of events that delete a key
@@ -70,9 +72,10 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)
     marks = run.read(plan.marks) if plan.may_be_stale else None
     newest = mark_stale_events(source, marks, plan.keys)
-    # The newest per key of staged events joined with nothing is one cheap pass over
-    # them: staging it again costs more than computing it in the MERGE statements.
-    if every is None or joins or marks is not None:
+    # The newest per key of staged events joined with nothing is one pass over them:
+    # Sail computes it where its MERGE statements read it for less than staging it
+    # again; delta-spark's MERGE reads its source twice (materializeSource none).
+    if every is None or joins or marks is not None or is_classic(run.spark):
         newest = stage_newest(run, newest, shape, scan.small)
     return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 

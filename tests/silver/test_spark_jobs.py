@@ -17,8 +17,8 @@ pytestmark = pytest.mark.spark
 BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing table
 UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
 CHUNK_JOBS = 11  # a new table's first batch: two backfill chunks and a change in a window
-HISTORY_JOBS = 8  # a new table's first batch of inserts, with its history table
-HISTORY_UPDATE_JOBS = 17  # then a small batch of updates: one MERGE into each table
+HISTORY_JOBS = 9  # a new table's first batch of inserts, with its history table
+HISTORY_UPDATE_JOBS = 18  # then a small batch of updates: one MERGE into each table
 TWIN = Table("public.twins")  # ITEMS' shape under another name
 
 
