@@ -33,7 +33,10 @@ from pipelines.silver.chunk_windows import (
     ChunkWindow, LandedWatermark, chunk_windows, parse_watermark)
 
 # A batch of at most this many bronze rows is small: the driver holds what silver stages
-# from it (a few rows per bronze row: at most tens of MB unless values are large).
+# from it (a few rows per bronze row: at most tens of MB unless values are large). Larger
+# batches gain nothing from it: 30,000 updates into 300,000 rows took a median 6.9 s held
+# against 6.1 s staged as Parquet on a warm classic local[2] driver, 0.84 s against 0.79 s
+# on Sail (2026-12-07, six alternating runs each).
 SMALL_BATCH_ROWS = 10_000
 
 
