@@ -8,8 +8,8 @@ for a small batch: TableScan.small) -> checked, in one action that also finds th
 batch's key range and whether some event deletes a key.
 With history, every event is typed and staged first (history needs them all), and the
 check reads every event. Silver takes the newest per key from them; through Spark
-Connect it is staged again only where it joins another table (a moved row's old key,
-tombstones).
+Connect it is staged again only where it joins other rows (a moved row's old key, lone
+chunk rows, tombstones).
 
 Staged once: the check and every MERGE statement read plain files (or the driver's
 rows) instead of re-running the batch's plan, and see the same events (on Sail a MERGE
@@ -43,7 +43,8 @@ DELETES = "_cdc_deletes"  # the check's count of events that delete a key
 @dataclass(frozen=True)
 class StagedBatch:
     """A batch's staged events: the newest per key, stale ones marked (silver's and the
-    tombstones' source), and every event when the table keeps history."""
+    tombstones' source; with history, maybe a pass over `every`: stage_batch), and every
+    event when the table keeps history."""
 
     newest: DataFrame
     every: DataFrame | None = None
@@ -66,16 +67,18 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
         source = _typed(plan, latest_events(plan.events, shape, plan.floor, plan.toast,
                                             scan.moved, plan.one_chunk_row_per_key,
                                             plan.changes))
-    joins = scan.moved and plan.silver_exists
-    if joins:
+    moved = scan.moved and plan.silver_exists
+    if moved:
         source = _filled_from_old_keys(run, plan, source)
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)
     marks = run.read(plan.marks) if plan.may_be_stale else None
     newest = mark_stale_events(source, marks, plan.keys)
-    # The newest per key of staged events joined with nothing is one pass over them:
-    # Sail computes it where its MERGE statements read it for less than staging it
-    # again; delta-spark's MERGE reads its source twice (materializeSource none).
-    if every is None or joins or marks is not None or is_classic(run.spark):
+    # Where it joins nothing (a moved row's old key, lone chunk rows, tombstones), the
+    # newest per key of the staged events is one pass over them: Sail computes it where
+    # its MERGE statements read it for less than staging it again; delta-spark's MERGE
+    # reads its source twice (materializeSource none).
+    joins = moved or plan.one_chunk_row_per_key or marks is not None
+    if every is None or joins or is_classic(run.spark):
         newest = stage_newest(run, newest, shape, scan.small)
     return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 
