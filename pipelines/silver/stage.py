@@ -34,7 +34,6 @@ from pipelines.silver.toast import fill_from_old_key_rows
 from pipelines.silver.types import (
     check_failures, failure_aggregates, failures_in, typed_columns,
     with_failed_texts)
-from pipelines.spark_jobs import is_classic
 
 
 DELETES = "_cdc_deletes"  # the check's count of events that delete a key
@@ -43,8 +42,8 @@ DELETES = "_cdc_deletes"  # the check's count of events that delete a key
 @dataclass(frozen=True)
 class StagedBatch:
     """A batch's staged events: the newest per key, stale ones marked (silver's and the
-    tombstones' source; with history, maybe a pass over `every`: stage_batch), and every
-    event when the table keeps history."""
+    tombstones' source; with history, maybe a pass over `every`: tables.stage_newest),
+    and every event when the table keeps history."""
 
     newest: DataFrame
     every: DataFrame | None = None
@@ -72,14 +71,11 @@ def stage_batch(run: SilverContext, plan: BatchPlan) -> StagedBatch:
         source = _filled_from_old_keys(run, plan, source)
     # a run that goes forward reads no tombstone (each is a toll on a classic driver)
     marks = run.read(plan.marks) if plan.may_be_stale else None
-    newest = mark_stale_events(source, marks, plan.keys)
-    # Where it joins nothing (a moved row's old key, lone chunk rows, tombstones), the
-    # newest per key of the staged events is one pass over them: Sail computes it where
-    # its MERGE statements read it for less than staging it again; delta-spark's MERGE
-    # reads its source twice (materializeSource none).
+    # with history, the newest per key is one pass over the staged events unless it
+    # joins other rows: a moved row's old key, lone chunk rows, tombstones
     joins = moved or plan.one_chunk_row_per_key or marks is not None
-    if every is None or joins or is_classic(run.spark):
-        newest = stage_newest(run, newest, shape, scan.small)
+    newest = stage_newest(run, mark_stale_events(source, marks, plan.keys), shape,
+                          scan.small, one_pass=every is not None and not joins)
     return _checked(newest, every, plan, deletes=bool(scan.deletes or scan.moved))
 
 

@@ -316,11 +316,18 @@ def skips_files(files: pa.Table | None, reach: Reach | None) -> bool:
 
 
 def stage_newest(run: SilverContext, frame: DataFrame, shape: TableShape,
-                 small: bool) -> DataFrame:
+                 small: bool, one_pass: bool = False) -> DataFrame:
     """Materialize the batch's typed newest events (Parquet, overwritten by the next run;
-    held by the driver for a small batch: TableScan.small)."""
-    return staged(run.spark, frame.drop(XID, OLD_KEY),
-                  run.lake.staging(shape.schema, shape.table), small)
+    held by the driver for a small batch: TableScan.small).
+
+    one_pass: the frame is one pass over staged events that joins no other rows. Sail
+    computes it where its MERGE statements read it for less than staging it again;
+    delta-spark's MERGE reads its source twice (materializeSource none), so only a
+    classic driver stages it."""
+    frame = frame.drop(XID, OLD_KEY)
+    if one_pass and not is_classic(run.spark):
+        return frame
+    return staged(run.spark, frame, run.lake.staging(shape.schema, shape.table), small)
 
 
 def stage_every(run: SilverContext, frame: DataFrame, shape: TableShape,
