@@ -130,6 +130,7 @@ class GoldConfig:
     reports, so `run` and `silver_gold` have no gold step."""
 
     reports: str | None = None
+    parallel_reports: int = 4  # reports one run refreshes at once (pipelines/gold/run.py)
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,7 @@ def _gold(values: Mapping[str, Any], base_dir: Path) -> GoldConfig:
     directory = directory if directory.is_absolute() else (base_dir / directory).resolve()
     if not directory.is_dir():
         raise ConfigError(f"gold.reports: {directory} is not a directory")
-    return GoldConfig(str(directory))
+    return replace(gold, reports=str(directory))
 
 
 def configured_tables(config: Config, tables: Sequence[str] | None) -> list[str] | None:

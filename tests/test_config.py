@@ -58,6 +58,8 @@ def test_config_path_from_environment(tmp_path):
     ("source: [\n", "is not valid YAML"),
     (GOOD + "silver: {copy_on_write_mb: -1}\n",
      "silver.copy_on_write_mb: got -1, expected a whole number, 0 or more"),
+    (GOOD + "gold: {parallel_reports: 0}\n",
+     "gold.parallel_reports: got 0, expected a positive whole number"),
 ])
 def test_invalid_config_names_key_value_and_expectation(tmp_path, text, message):
     with pytest.raises(ConfigError, match=None) as info:

@@ -128,7 +128,7 @@ def run_demo(options: DemoOptions) -> int:
         timings.phase("catch-up and final silver", since)
         since = time.monotonic()
         reports, gold_io = configured_reports(config), gold_io_for(config, spark)
-        gold = run_gold(spark, gold_io, reports)
+        gold = run_gold(spark, gold_io, reports, parallel=config.gold.parallel_reports)
         timings.phase("gold", since)
         since = time.monotonic()
         diffs = run_verify(config, spark, wait_seconds=30)

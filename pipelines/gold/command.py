@@ -50,7 +50,7 @@ def handler(args: argparse.Namespace, config: "Config") -> int:
     definitions.select(args.reports)
     spark = get_spark(config)
     result = run_gold(spark, gold_io_for(config, spark), definitions, args.reports,
-                      full=args.full)
+                      full=args.full, parallel=config.gold.parallel_reports)
     for run in result.runs:
         print(run.summary())
     if result.failed:

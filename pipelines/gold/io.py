@@ -4,7 +4,8 @@ Everything else in pipelines.gold is SQL text or DataFrame -> DataFrame. `TableG
 finds tables where pipelines.catalog puts them: Delta paths under the lake on the local
 engines, Unity Catalog tables on Databricks (`spark.table`, `saveAsTable`). A report's
 SQL names tables as analysts do (`lakehouse_silver.users`); each name becomes a temp
-view of the table it means (`_lh_silver__users`), so the same text runs on every engine.
+view of the table it means (`_lh_silver__users__for__<report>`), so the same text runs on
+every engine.
 """
 
 from __future__ import annotations
@@ -125,9 +126,11 @@ def gold_io_for(config: "Config", spark: SparkSession) -> TableGoldIO:
     return TableGoldIO(spark, TableNames.from_config(config))
 
 
-def view_name(schema_kind: str, name: str) -> str:
-    """The temp view standing for a silver table or report in a report's SQL."""
-    return f"_lh_{schema_kind}__{name}"
+def view_name(schema_kind: str, name: str, reader: str | None = None) -> str:
+    """The temp view standing for a silver table or report in a report's SQL; named for
+    the `reader` report too, since reports refreshed at once each point their views at
+    rows of their own (an incremental refresh, at the touched groups')."""
+    return f"_lh_{schema_kind}__{name}" + ("" if reader is None else f"__for__{reader}")
 
 
 def register_inputs(spark: SparkSession, io: GoldIO, report: "Report"
@@ -146,7 +149,7 @@ def register_inputs(spark: SparkSession, io: GoldIO, report: "Report"
         if df is None:
             missing.append(str(table))
         else:
-            frames[table.parts] = (view_name(table.kind, table.name), df)
+            frames[table.parts] = (view_name(table.kind, table.name, report.name), df)
     if missing:
         return {}, missing
     for view, df in frames.values():

@@ -99,5 +99,10 @@ def record_refresh(lake: Lake, refresh: Refresh) -> None:
     _refreshes(lake).upsert([refresh])
 
 
+def create_refreshes(lake: Lake) -> None:
+    """Create the refresh records' table, empty, unless it exists."""
+    _refreshes(lake).create()
+
+
 def _refreshes(lake: Lake) -> StateTable:
     return StateTable(lake.state("gold_refreshes"), SCHEMA, key="report")

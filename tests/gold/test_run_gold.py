@@ -13,6 +13,7 @@ from pipelines.gold.display import format_gold_reports
 from pipelines.gold.io import TableGoldIO
 from pipelines.config import load_config
 from pipelines.gold import run as gold_run
+from pipelines.gold.definitions import load_reports
 from pipelines.gold.run import run_configured_gold, run_gold
 from pipelines.lake import Lake
 from tests.support.gold_rows import demo_gold_config, write_silver
@@ -127,3 +128,33 @@ def test_a_report_skipped_again_and_again_is_warned_about_once(spark, demo_repor
         assert [r.report for r in report.skipped] == ["hours_per_project_per_day"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and warnings[0].startswith("gold hours_per_project_per_day skipped")
+
+
+def test_reports_run_at_once_each_after_the_reports_it_reads(spark, make_silver_frame, tmp_path,
+                                                           caplog):
+    """gold.parallel_reports: independent reports in threads of their own; a report waits
+    for the reports it reads (built from their new table, or skipped when one failed)."""
+    directory = tmp_path / "reports"
+    directory.mkdir()
+    for name, sql in {"a_broken": "SELECT id, nme FROM lakehouse_silver.clients",
+                      "b_reads_broken": "SELECT * FROM lakehouse_gold.a_broken",
+                      "c_clients": "SELECT id, name FROM lakehouse_silver.clients",
+                      "d_reads_clients": "SELECT count(*) AS n FROM lakehouse_gold.c_clients",
+                      }.items():
+        (directory / f"{name}.sql").write_text(sql)
+    reports = load_reports(directory, "lakehouse_silver", "lakehouse_gold")
+    layout = Lake.of(tmp_path / "lake")
+    write_silver(spark, make_silver_frame, TableNames(layout), ["clients"])
+    caplog.set_level("INFO", logger="pipelines.gold")
+
+    result = run_gold(spark, gold_io(spark, layout), reports, parallel=2)
+    runs = {run.report: run for run in result.runs}
+    assert list(runs) == list(reports.names)  # in dependency order, as they were taken
+    assert "the engine rejects the query" in runs["a_broken"].error
+    assert runs["b_reads_broken"].skipped == "it reads a_broken, skipped in this run"
+    clients = runs["c_clients"].rows
+    assert clients == make_silver_frame("clients").count() > 0
+    # c's table did not exist before this run: d saw it only because it waited for c
+    assert gold_rows(spark, layout, ["d_reads_clients"]) == {"d_reads_clients": [(clients,)]}
+    threads = {r.threadName for r in caplog.records if r.name.startswith("pipelines.gold")}
+    assert len(threads) == 2 and all(t.startswith("gold") for t in threads)
