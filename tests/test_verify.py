@@ -4,6 +4,7 @@ marked BOTH_LAYOUTS also with silver tables by catalog names
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import psycopg
@@ -47,22 +48,32 @@ def pipeline(source_dsn, tmp_path, spark, layout):
 
 
 @BOTH_LAYOUTS
-def test_silver_equals_the_source_after_the_pipeline(pipeline, spark):
+def test_silver_equals_the_source_after_the_pipeline(pipeline, spark, monkeypatch):
+    threads, compare = {}, verify.compare_table
+
+    def spy(spark, config, table, snapshot, sample):
+        threads[table] = threading.current_thread().name
+        return compare(spark, config, table, snapshot, sample)
+
+    monkeypatch.setattr(verify, "compare_table", spy)
     diffs = run_verify(pipeline, spark, wait_seconds=5)
     assert [(d.table, d.equal, d.source_rows, d.silver_rows) for d in diffs] == [
         ("public.things", True, 49, 49), ("public.pairs", True, 2, 2)]
+    # the tables compare at once (silver.parallel_tables), each in a thread of its own
+    assert len(set(threads.values())) == 2
+    assert all(name.startswith("verify") for name in threads.values())
 
 
 def scratch_files(monkeypatch) -> dict[str, list[int]]:
-    """Rows of each scratch file verify wrote, per table (filled as it compares)."""
-    files, compare = {}, verify.compare_table
+    """Rows of each scratch file verify wrote, per table (filled as it reads the source)."""
+    files, snapshot = {}, verify.source_snapshot
 
-    def spy(spark, conn, config, table, sample, scratch):
-        diff = compare(spark, conn, config, table, sample, scratch)
+    def spy(spark, conn, table, publication, scratch):
+        read = snapshot(spark, conn, table, publication, scratch)
         files[table] = [pq.read_metadata(f).num_rows for f in sorted(Path(scratch.uri).iterdir())]
-        return diff
+        return read
 
-    monkeypatch.setattr(verify, "compare_table", spy)
+    monkeypatch.setattr(verify, "source_snapshot", spy)
     return files
 
 

@@ -6,8 +6,10 @@ scratch directory under the lake (a table of any size neither fills the process 
 goes through Spark Connect's 128 MB message limit), and typed with silver's own type
 map; then source and silver are joined on the key: keys only in the source are missing,
 keys only in silver are extra, keys whose columns differ (null-safe) are different.
-It first waits until the ingest has confirmed the source's current WAL position and
-silver has applied all of bronze, so a quiet source compares exactly.
+Every table is read before any is compared, so the snapshot ends early; the comparisons
+run `silver.parallel_tables` at a time. It first waits until the ingest has confirmed the
+source's current WAL position and silver has applied all of bronze, so a quiet source
+compares exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -43,6 +46,7 @@ from pipelines.silver.types import typed_columns
 from pipelines.source.connection import connect
 from pipelines.source.setup import resolve_tables
 from pipelines.source.text_format import with_text_format
+from pipelines.spark_jobs import in_this_threads_group
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +234,10 @@ def _all_null(alias: str, keys: Sequence[str]) -> Column:
     return condition
 
 
-def compare_table(spark: SparkSession, conn: psycopg.Connection, config: Config,
-                  table: str, sample: int, scratch: Scratch) -> TableDiff:
-    source, columns = source_snapshot(spark, conn, table, config.source.publication, scratch)
+def compare_table(spark: SparkSession, config: Config, table: str,
+                  snapshot: tuple[DataFrame, list[SourceColumn]], sample: int) -> TableDiff:
+    """Silver's table, and its history's current rows, against the source's `snapshot`."""
+    source, columns = snapshot
     names = [c.name for c in columns]
     keys = [c.name for c in columns if c.is_key]
     silver_table = TableNames.from_config(config).silver(*split_table(table))
@@ -280,8 +285,19 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
         check_silver_current(config, scope)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         with scratch_directory(config) as scratch:
-            return [compare_table(spark, conn, config, table, sample, scratch.child(f"{i:04d}"))
-                    for i, table in enumerate(scope)]
+            snapshots = [source_snapshot(spark, conn, table, config.source.publication,
+                                         scratch.child(f"{i:04d}"))
+                         for i, table in enumerate(scope)]
+            conn.rollback()  # every table's rows are in scratch: the snapshot may go
+
+            def compare(table: str, snapshot: tuple[DataFrame, list[SourceColumn]]) -> TableDiff:
+                return compare_table(spark, config, table, snapshot, sample)
+
+            # The tables compare independently; on a classic driver or a cluster one
+            # table's jobs wait mostly on planning and scheduling, which the others' fill.
+            with ThreadPoolExecutor(max(1, min(config.silver.parallel_tables, len(scope))),
+                                    thread_name_prefix="verify") as pool:
+                return list(pool.map(in_this_threads_group(spark, compare), scope, snapshots))
 
 
 def _kinds(counts: dict[str, int], examples: dict[str, list[str]], indent: str) -> list[str]:
