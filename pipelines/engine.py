@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from pipelines import storage
-from pipelines.class_archive import with_class_archive
+from pipelines.class_archive import JAVA_OPTIONS, with_class_archive
 from pipelines.config import PORTS, is_port
 from pipelines.errors import ConfigError
 from pipelines.extras import check_engine
@@ -133,6 +133,12 @@ CLASSIC_CONF = {
     "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_BYTES),
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
+# A local master's driver runs the jobs' tasks too, on this machine's cores, and each
+# query compiles new generated classes: C2's compile threads then take those cores from
+# the jobs, where the C1 compiler alone gets the code compiled with far less work
+# (docs/silver.md, "Classic Spark"). The code cache stays a server JVM's 240 MB: C1
+# alone would get a client's 48 MB, which several tables at once can fill.
+LOCAL_DRIVER_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # Connect in a driver
@@ -165,7 +171,8 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
         os.environ.pop(variable, None)
     builder = SparkSession.builder.master(master).appName("lakehouse") \
         .config("spark.sql.warehouse.dir", str(warehouse))
-    for key, value in {**CLASSIC_CONF, **with_class_archive(conf or {})}.items():
+    own = with_class_archive(with_local_jit(master, conf or {}))
+    for key, value in {**CLASSIC_CONF, **own}.items():
         builder = builder.config(key, value)
     try:
         if jars:
@@ -195,6 +202,15 @@ def start_classic_session(warehouse: str | Path, master: str = "local[2]",
                                         spark.sparkContext.defaultParallelism)))
     log.info("spark engine: classic Spark %s (master %s) with Delta Lake", spark.version, master)
     return spark
+
+
+def with_local_jit(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf` with LOCAL_DRIVER_JIT among the driver JVM's options when `master` is local
+    and those options choose no compiler of their own."""
+    options = conf.get(JAVA_OPTIONS, "")
+    if not master.startswith("local") or "Tiered" in options:
+        return dict(conf)
+    return {**conf, JAVA_OPTIONS: f"{options} {LOCAL_DRIVER_JIT}".strip()}
 
 
 @dataclass(frozen=True)
