@@ -9,9 +9,10 @@ Spark Connect sessions (Sail, engine connect) expose no job tracker: there it is
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,6 +49,7 @@ def counted_jobs(spark: "SparkSession", label: str = "lakehouse") -> Iterator[Jo
 
 
 Result = TypeVar("Result")
+Item = TypeVar("Item")
 
 
 def in_this_threads_group(spark: "SparkSession",
@@ -60,6 +62,15 @@ def in_this_threads_group(spark: "SparkSession",
     from pyspark.util import inheritable_thread_target
 
     return inheritable_thread_target(spark)(work)
+
+
+def map_in_threads(spark: "SparkSession", work: Callable[[Item], Result],
+                   items: Sequence[Item], parallel: int, name: str) -> list[Result]:
+    """`work` over `items`, `parallel` at a time in threads named `name`, in the caller's
+    job group: independent tables' jobs wait mostly on planning, scheduling and storage
+    round trips (a classic driver, a cluster), which the others' jobs fill."""
+    with ThreadPoolExecutor(max(1, min(parallel, len(items))), thread_name_prefix=name) as pool:
+        return list(pool.map(in_this_threads_group(spark, work), items))
 
 
 def is_classic(spark: "SparkSession") -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Sequence
@@ -34,7 +33,7 @@ from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.scan import (
     BronzeScan, TableScan, lower_bounds, scan_bronze, watermarks_before)
 from pipelines.silver.tables import SilverContext
-from pipelines.spark_jobs import in_this_threads_group
+from pipelines.spark_jobs import map_in_threads
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +203,7 @@ def _apply_scan(run: SilverContext, scan: BronzeScan, progress: Progress,
     def apply_one(name: str) -> tuple[TableReport, TableProgress]:
         return _apply_one(run, scan, name, progress.of(name), clashes, name in replaced)
 
-    with ThreadPoolExecutor(max(1, min(parallel, len(work))),
-                            thread_name_prefix="silver") as pool:
-        applied = list(pool.map(in_this_threads_group(run.spark, apply_one), work))
+    applied = map_in_threads(run.spark, apply_one, work, parallel, "silver")
     reports = [report for report, _ in applied]
     new_progress = {name: table for name, (_, table) in zip(work, applied)}
     # A table with nothing new up to scan.upto moves up, unless an error stopped it or a

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -46,7 +45,7 @@ from pipelines.silver.types import typed_columns
 from pipelines.source.connection import connect
 from pipelines.source.setup import resolve_tables
 from pipelines.source.text_format import with_text_format
-from pipelines.spark_jobs import in_this_threads_group
+from pipelines.spark_jobs import map_in_threads
 
 log = logging.getLogger(__name__)
 
@@ -289,15 +288,9 @@ def run_verify(config: Config, spark: SparkSession, tables: Sequence[str] | None
                                          scratch.child(f"{i:04d}"))
                          for i, table in enumerate(scope)]
             conn.rollback()  # every table's rows are in scratch: the snapshot may go
-
-            def compare(table: str, snapshot: tuple[DataFrame, list[SourceColumn]]) -> TableDiff:
-                return compare_table(spark, config, table, snapshot, sample)
-
-            # The tables compare independently; on a classic driver or a cluster one
-            # table's jobs wait mostly on planning and scheduling, which the others' fill.
-            with ThreadPoolExecutor(max(1, min(config.silver.parallel_tables, len(scope))),
-                                    thread_name_prefix="verify") as pool:
-                return list(pool.map(in_this_threads_group(spark, compare), scope, snapshots))
+            return map_in_threads(
+                spark, lambda pair: compare_table(spark, config, *pair, sample),
+                list(zip(scope, snapshots)), config.silver.parallel_tables, "verify")
 
 
 def _kinds(counts: dict[str, int], examples: dict[str, list[str]], indent: str) -> list[str]:
