@@ -8,6 +8,7 @@ Spark Connect sessions (Sail, engine connect) expose no job tracker: there it is
 
 from __future__ import annotations
 
+import functools
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -54,14 +55,25 @@ Item = TypeVar("Item")
 
 def in_this_threads_group(spark: "SparkSession",
                           work: Callable[..., Result]) -> Callable[..., Result]:
-    """`work`, to be called in another thread, with this thread's job group and local
+    """`work`, to be called in other threads, with this thread's job group and local
     properties on a classic driver (a pool thread starts without them, so its jobs
-    would escape `counted_jobs`); as it is on a Connect session."""
-    if _context(spark) is None:
-        return work
-    from pyspark.util import inheritable_thread_target
+    would escape `counted_jobs`); as it is on a Connect session.
 
-    return inheritable_thread_target(spark)(work)
+    Each call gets a copy of its own. pyspark's `inheritable_thread_target` hands every
+    thread the one copy it took: a SQL statement sets its execution's ids in the local
+    properties while it runs and removes them after, so another thread's statement then
+    read them gone ("NumberFormatException: Cannot parse null string" in a MERGE)."""
+    context = _context(spark)
+    if context is None:
+        return work
+    callers = context._jsc.sc().getLocalProperties().clone()
+
+    @functools.wraps(work)
+    def in_thread(*args, **kwargs) -> Result:
+        context._jsc.sc().setLocalProperties(callers.clone())
+        return work(*args, **kwargs)
+
+    return in_thread
 
 
 def map_in_threads(spark: "SparkSession", work: Callable[[Item], Result],

@@ -4,10 +4,12 @@ the counts are pinned here; their seconds are bench/silver_bench's."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pipelines.silver.job import run_silver
-from pipelines.spark_jobs import counted_jobs
+from pipelines.spark_jobs import GROUP, counted_jobs, map_in_threads
 from tests.support.bronze_builder import Table
 from tests.support.config import make_config
 from tests.support.silver_changes import ITEMS, SNAP, items
@@ -105,3 +107,23 @@ def test_a_first_batch_with_history_starts_a_fixed_number_of_jobs(classic, spark
     with counted_jobs(spark) as updates:
         run_silver(config, spark)
     assert updates.jobs == HISTORY_UPDATE_JOBS
+
+
+def test_threads_of_a_run_share_its_job_group_and_nothing_they_set(classic, spark):
+    """A statement keeps its execution's ids in its thread's local properties while it
+    runs: a thread must not see another's, or a MERGE reads an id that thread removed."""
+    both_set = threading.Barrier(2, timeout=60)
+    both_read = threading.Barrier(2, timeout=60)
+
+    def work(item: int) -> tuple[str | None, str | None]:
+        context = spark.sparkContext
+        if item == 0:
+            context.setLocalProperty("lakehouse.test.owner", "thread 0")
+        both_set.wait()
+        seen = context.getLocalProperty("lakehouse.test.owner")
+        both_read.wait()
+        return seen, context.getLocalProperty(GROUP)
+
+    with counted_jobs(spark) as run:
+        seen = map_in_threads(spark, work, [0, 1], 2, "test")
+    assert seen == [("thread 0", run.group), (None, run.group)]
