@@ -66,6 +66,12 @@ def silver_table_name(schema: str, table: str) -> str:
     return table if schema == DEFAULT_SCHEMA else f"{schema}_{table}"
 
 
+def catalog_silver_name(schema: str, table: str) -> str:
+    """The name analysts give the silver table of source table schema.table in a catalog
+    and in gold reports (users, sales_orders)."""
+    return unity_table_name(silver_table_name(schema, table))
+
+
 def unity_table_name(name: str) -> str:
     """`name` as Unity Catalog can hold it: lower case, refused characters as `_`."""
     return _REFUSED_BY_UNITY.sub("_", name).lower()
@@ -147,14 +153,14 @@ class TableNames:
         """The silver table of the source table schema.table."""
         if self.schemas is None:
             return TableRef(path=self.lake.silver(schema, table))
-        name = unity_table_name(silver_table_name(schema, table))
+        name = catalog_silver_name(schema, table)
         return TableRef(parts=(self.schemas.catalog, self.schemas.silver, name))
 
     def history(self, schema: str, table: str) -> TableRef:
         """The silver table's history table (silver/history.py), named as silver is."""
         if self.schemas is None:
             return TableRef(path=self.lake.silver_history(schema, table))
-        name = unity_table_name(silver_table_name(schema, table))
+        name = catalog_silver_name(schema, table)
         return TableRef(parts=(self.schemas.catalog, self.schemas.history, name))
 
     def tombstones(self, schema: str, table: str) -> TableRef:
@@ -187,8 +193,7 @@ def silver_names(lake: Lake, under: tuple[str, ...] = ("silver",)
     names: dict[str, list[tuple[str, str]]] = {}
     for schema in lake.children(*under):
         for table in lake.delta_tables(*under, schema):
-            names.setdefault(unity_table_name(silver_table_name(schema, table)), []).append(
-                (schema, table))
+            names.setdefault(catalog_silver_name(schema, table), []).append((schema, table))
     return {name: pairs[0] for name, pairs in names.items() if len(pairs) == 1}
 
 

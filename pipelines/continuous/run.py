@@ -24,6 +24,7 @@ from pipelines.passes import FailedPasses
 from pipelines.silver.trigger import Trigger
 
 if TYPE_CHECKING:
+    from pipelines.gold.due import DueReports
     from pipelines.silver.job import SilverRunReport
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,11 @@ class IngestProcess:
 
 def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.Event) -> int:
     """Silver and gold in a loop beside the ingest until `stop`; returns an exit code."""
+    from pipelines.gold.due import DueReports
+
     failures = FailedPasses("silver and gold pass")
     trigger = Trigger.from_config(config)
+    due = DueReports()
     try:
         while not stop.is_set():
             if not ingest.running:
@@ -68,16 +72,17 @@ def run_pipeline(config: Config, ingest: IngestProcess, spark, stop: threading.E
                 log.error("the ingest exited with %s; stopping", code)
                 return code or 1
             if trigger.due(stop):
-                trigger.ran(failures.run(lambda: apply_once(config, spark)) is not None)
+                trigger.ran(failures.run(lambda: apply_once(config, spark, due)) is not None)
     finally:
         code = ingest.stop()
         log.info("ingest stopped (exit %s); applying what it landed", code)
-        apply_once(config, spark)
+        apply_once(config, spark, due)
     return 0
 
 
-def apply_once(config: Config, spark) -> SilverRunReport:
-    """One silver run, then gold (when reports are configured) if silver changed a table."""
+def apply_once(config: Config, spark, due: "DueReports") -> SilverRunReport:
+    """One silver run, then, if it changed a table, the reports (when configured) whose
+    inputs it changed or that `due` has not seen refreshed (pipelines.gold.due)."""
     from pipelines.gold.run import log_once, run_configured_gold  # Spark's: not for --help
     from pipelines.silver.job import run_silver
 
@@ -87,7 +92,9 @@ def apply_once(config: Config, spark) -> SilverRunReport:
         log.error("silver %s stopped: %s", failed.table, failed.error)
     if changed:
         try:
-            gold = run_configured_gold(spark, config)
+            # a table whose batch failed may have committed part of it: its readers too
+            gold = run_configured_gold(spark, config, due=due,
+                                       changed=[t.table for t in silver.tables])
         except ConfigError as exc:  # the reports directory: the ingest and silver go on
             count_error("gold_report")
             log_once(logging.ERROR, "reports", "not refreshed", str(exc))
@@ -95,5 +102,6 @@ def apply_once(config: Config, spark) -> SilverRunReport:
         changes = sum(t.inserts + t.updates + t.deletes for t in changed)
         log.info("silver applied %d table(s) in %.2f s (%d bronze changes)%s", len(changed),
                  silver.seconds, changes, "" if gold is None else
-                 f"; gold {len(gold.written)} report(s) in {gold.seconds:.2f} s")
+                 f"; gold {len(gold.written)} report(s) in {gold.seconds:.2f} s"
+                 + (f", {gold.unchanged} with nothing new" if gold.unchanged else ""))
     return silver

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Iterable
 
@@ -23,6 +23,7 @@ from pipelines.config import Config, GoldConfig
 from pipelines.errors import LakehouseError
 from pipelines.gold.build import ReportRun, materialize_report
 from pipelines.gold.definitions import Report, ReportSet, configured_reports
+from pipelines.gold.due import DueReports
 from pipelines.gold.io import GoldIO, gold_io_for, register_inputs
 from pipelines.gold.refresh import refresh_incremental
 from pipelines.gold.state import FULL, Refresh, create_refreshes, record_refresh
@@ -38,6 +39,7 @@ class GoldReport:
 
     runs: tuple[ReportRun, ...]
     seconds: float
+    unchanged: int = 0  # left as they were: nothing they read changed (pipelines.gold.due)
 
     @property
     def written(self) -> tuple[ReportRun, ...]:
@@ -58,15 +60,24 @@ class GoldReport:
 
 
 def run_configured_gold(spark: SparkSession, config: Config,
-                        reports: Iterable[str] | None = None, *,
-                        full: bool = False) -> GoldReport | None:
+                        reports: Iterable[str] | None = None, *, full: bool = False,
+                        due: DueReports | None = None,
+                        changed: Iterable[str] = ()) -> GoldReport | None:
     """`run_gold` over the reports of `gold.reports`, read now (so an edited report counts
-    from the next run on); None when the config names no reports."""
+    from the next run on); None when the config names no reports. With `due` (`lakehouse
+    run`'s passes), only the reports it finds due after silver changed `changed` (source
+    tables), and it remembers what this run refreshed."""
     definitions = configured_reports(config)
     if definitions is None:
         return None
-    return run_gold(spark, gold_io_for(config, spark), definitions, reports, full=full,
-                    parallel=config.gold.parallel_reports)
+    if due is not None:
+        reports = due.select(definitions, changed)
+    result = run_gold(spark, gold_io_for(config, spark), definitions, reports, full=full,
+                      parallel=config.gold.parallel_reports)
+    if due is None:
+        return result
+    due.refreshed(definitions, result.runs)
+    return replace(result, unchanged=len(definitions.reports) - len(result.runs))
 
 
 _LOGGED: set[tuple[str, str]] = set()  # (report, reason) logged in this process

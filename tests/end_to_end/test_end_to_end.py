@@ -57,6 +57,7 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
     reports.mkdir()
     (reports / "note_count.sql").write_text("SELECT count(*) AS notes FROM lakehouse_silver.notes")
     (reports / "broken.sql").write_text("SELECT nope FROM lakehouse_silver.notes")
+    (reports / "constant.sql").write_text("SELECT 1 AS one")  # reads nothing silver changes
     config_path = write_config(
         tmp_path / "lakehouse.yml", source_dsn, tmp_path / "lake", ["public.notes"],
         engine=config_engine, gold={"reports": str(reports)},
@@ -95,6 +96,11 @@ def test_run_applies_changes_continuously_and_status_reports_them(source_dsn, tm
     # a report with a mistake is logged (once) and the others are built all the same
     assert logged.count(f"gold broken failed: gold report {reports / 'broken.sql'}") == 1
     assert read_delta(tmp_path / "lake" / "gold" / "note_count").to_pylist() == [{"notes": 15}]
+    # each pass refreshes the reports of what it changed: the insert's and the delete's
+    # passes rebuilt note_count, the first alone the report that reads no table
+    assert DeltaTable(str(tmp_path / "lake" / "gold" / "note_count")).version() >= 1
+    assert DeltaTable(str(tmp_path / "lake" / "gold" / "constant")).version() == 0
+    assert "; gold 1 report(s) in" in logged and ", 1 with nothing new" in logged
     with psycopg.connect(source_dsn) as conn:
         active = conn.execute("SELECT active FROM pg_replication_slots "
                               "WHERE slot_name = 'lakehouse'").fetchone()[0]
