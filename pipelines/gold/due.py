@@ -6,7 +6,7 @@ with the same rows. The loop remembers, per report, the definition it last refre
 without an error; a report is due when a silver table it reads changed in this pass,
 when a report it reads is due, when its file changed, or when this process has not
 refreshed it yet (its first pass, a failure or a skip since). `lakehouse gold` and the
-demo refresh every report they are asked for, as before.
+demo refresh every report they are asked for.
 """
 
 from __future__ import annotations

@@ -56,3 +56,13 @@ def test_a_failed_skipped_or_edited_report_is_due_until_it_is_refreshed(tmp_path
     assert due.select(defined, []) == ()
     edited = reports(tmp_path / "gold", per_user=REPORTS["per_user"] + " HAVING count(*) > 1")
     assert due.select(edited, []) == ("per_user",)
+
+
+def test_reports_read_again_unchanged_are_not_due(demo_reports):
+    """Each pass reads the directory again: the same files, incremental ones included, are
+    the same definitions."""
+    due = DueReports()
+    due.refreshed(demo_reports, ran(demo_reports.names))
+    again = load_reports(demo_reports.directory, "lakehouse_silver", "lakehouse_gold")
+    assert any(r.incremental for r in again.reports)
+    assert due.select(again, []) == ()
