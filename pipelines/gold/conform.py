@@ -3,8 +3,10 @@
 What a cast of a value that does not fit does depends on the engine: classic Spark (ANSI)
 raises its own error class, Sail may turn the value into NULL (docs/architecture.md,
 Portability rule 4; its 0.7.2 raised for the numeric casts measured). So every report is
-checked with `try_cast`, NULL on both engines, and a misfit becomes one DataError naming
-the column before anything is written.
+checked with `try_cast`, NULL on both engines. A report is written through
+`fitted_to_schema`, whose first misfit stops the write before its commit; only then does
+`validated_row_count` count the misfits, for one DataError naming each column. A report
+that fits is computed once, by its write.
 """
 
 from __future__ import annotations
@@ -26,11 +28,24 @@ def conform_to_schema(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
     return df.select(*[F.col(name).cast(type_).alias(name) for name, type_ in columns])
 
 
+def fitted_to_schema(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
+    """conform_to_schema, failing the query that reads it (a write: before its commit) at
+    the first non-null value its declared cast turns NULL."""
+    _check_names(df, columns)
+    return df.select(*[F.when(_lost(name, type_), F.raise_error(F.lit(
+        f"gold: a value of {name} does not fit {type_}"))).otherwise(
+        F.col(name).cast(type_)).alias(name) for name, type_ in columns])
+
+
+def _lost(name: str, type_: str):
+    return F.col(name).isNotNull() & F.col(name).try_cast(type_).isNull()
+
+
 def cast_failure_counts(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
     """One row: `_rows`, then per column the non-null values its declared cast turns NULL."""
     _check_names(df, columns)
-    lost = [F.sum(F.when(F.col(name).isNotNull() & F.col(name).try_cast(type_).isNull(), 1)
-                  .otherwise(0)).alias(name) for name, type_ in columns]
+    lost = [F.sum(F.when(_lost(name, type_), 1).otherwise(0)).alias(name)
+            for name, type_ in columns]
     return df.agg(F.count(F.lit(1)).alias(ROWS), *lost)
 
 

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.catalog import (TableNames, TableRef, ensure_schema, read_table, save_table,
                                silver_names, table_exists)
+from pipelines.gold.silver_facts import row_count
 from pipelines.lake import Lake, trim_log
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class GoldIO(Protocol):
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         """The gold table as a DataFrame."""
+
+    def report_rows(self, report: str) -> int:
+        """The gold table's rows (no Spark job at a lake path)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class TableGoldIO:
 
     def read_report(self, spark: SparkSession, report: str) -> DataFrame:
         return read_table(spark, self.names.gold(report))
+
+    def report_rows(self, report: str) -> int:
+        return row_count(self.spark, self.names.gold(report))
 
 
 def gold_io_for(config: "Config", spark: SparkSession) -> TableGoldIO:
