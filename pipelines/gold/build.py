@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.engine import engine_message, query_errors
 from pipelines.errors import ConfigError
-from pipelines.gold.conform import fitted_to_schema, inferred_columns, validated_row_count
+from pipelines.gold.conform import conform_to_schema, inferred_columns, validated_row_count
 from pipelines.gold.definitions import Column, Report
 from pipelines.gold.io import GoldIO
 
@@ -97,11 +97,11 @@ def materialize_report(spark: SparkSession, report: Report, views: dict[tuple[st
     df = build_report(spark, report, views)
     columns = report_columns(spark, report, df, io, full)
     try:
-        fitted = fitted_to_schema(df, columns)
+        conformed = conform_to_schema(df, columns)
     except ConfigError as exc:
         raise ConfigError(f"gold report {report.path}: {exc}") from exc
     try:
-        io.write_report(fitted, report.name)
+        io.write_report(conformed, report.name)
     except query_errors():
         validated_row_count(df, columns, str(report.path))  # a misfit: a DataError naming it
         raise

@@ -4,9 +4,9 @@ What a cast of a value that does not fit does depends on the engine: classic Spa
 raises its own error class, Sail may turn the value into NULL (docs/architecture.md,
 Portability rule 4; its 0.7.2 raised for the numeric casts measured). So every report is
 checked with `try_cast`, NULL on both engines. A report is written through
-`fitted_to_schema`, whose first misfit stops the write before its commit; only then does
+`conform_to_schema`, whose first misfit stops the write before its commit; only then does
 `validated_row_count` count the misfits, for one DataError naming each column. A report
-that fits is computed once, by its write.
+rebuilt whole that fits is computed once, by its write.
 """
 
 from __future__ import annotations
@@ -23,14 +23,9 @@ ROWS = "_rows"
 
 
 def conform_to_schema(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
-    """The declared columns, in declared order, each cast to its declared type."""
-    _check_names(df, columns)
-    return df.select(*[F.col(name).cast(type_).alias(name) for name, type_ in columns])
-
-
-def fitted_to_schema(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
-    """conform_to_schema, failing the query that reads it (a write: before its commit) at
-    the first non-null value its declared cast turns NULL."""
+    """The declared columns, in declared order, each cast to its declared type; the query
+    that reads it (a write: before its commit) fails at the first non-null value its
+    cast would turn NULL, whatever the engine's own cast does with it."""
     _check_names(df, columns)
     return df.select(*[F.when(_lost(name, type_), F.raise_error(F.lit(
         f"gold: a value of {name} does not fit {type_}"))).otherwise(
