@@ -131,12 +131,6 @@ CLASSIC_CONF = {
     # the per-operator code Spark falls back to under this limit (Spark's own advice
     # for HotSpot; its default only catches methods the JVM refuses to load).
     "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_BYTES),
-    # Hadoop's checksummed local file system writes a `.name.crc` beside every file and
-    # renames both on each commit; without Hadoop's native library every rename and
-    # create then starts a `readlink` or `chmod` process. The raw one writes the files
-    # alone, as Sail and delta-rs do. Only `file:` paths use it.
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
 # A local master's driver runs the jobs' tasks too, on this machine's cores, and each

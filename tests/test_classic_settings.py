@@ -38,21 +38,3 @@ def test_a_local_classic_session_was_started_with_c1(engine, spark):
     if engine != "spark":
         pytest.skip("a classic session's setting: the Spark pass runs this")
     assert LOCAL_DRIVER_JIT in spark.sparkContext.getConf().get(JAVA_OPTIONS)
-
-
-def test_a_classic_session_writes_local_files_without_hadoop_s_checksum_files(engine, spark,
-                                                                              tmp_path):
-    """Hadoop's checksummed local file system writes `.name.crc` beside each file and
-    renames it with a commit (each a `readlink` or `chmod` process without its native
-    library); the raw one writes only the lake's own files, as Sail and delta-rs do."""
-    if engine != "spark":
-        pytest.skip("a classic session's setting: the Spark pass runs this")
-    table = tmp_path / "table"
-    spark.range(3).write.format("delta").save(str(table))
-    spark.range(3, 5).write.format("delta").mode("append").save(str(table))
-    assert spark.read.format("delta").load(str(table)).count() == 5
-    names = [p.name for p in table.rglob("*") if p.is_file()]
-    assert [n for n in names if n.startswith(".") and n.endswith(".crc")] == []
-    assert len([n for n in names if n.endswith(".parquet")]) >= 2
-    assert sorted(n for n in names if n.endswith(".json")) == [
-        f"{v:020d}.json" for v in (0, 1)]
