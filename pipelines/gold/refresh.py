@@ -349,14 +349,15 @@ def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str
     columns = report_columns(spark, report, df, io, False)
     rows = validated_row_count(df, columns, str(report.path))
     result = conform_to_schema(df, columns)
-    stray = result.filter(f"NOT {in_groups(quote(column), touched)}").limit(1).collect()
+    groups = in_groups(quote(column), touched)
+    stray = result.filter(f"NOT {groups}").limit(1).collect()
     if stray:
         raise ConfigError(
             f"gold report {report.path}: incremental by {column}: the query gave a row of "
             f"group {stray[0][column]!r} from rows of other groups; each group's rows must "
             "come from the silver rows of that group (remove the header line, or group by "
             "a column computed from each row)")
-    io.replace_groups(result, report.name, in_groups(quote(column), touched))
+    io.replace_groups(result, report.name, groups)
     return rows
 
 
