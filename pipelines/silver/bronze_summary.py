@@ -17,12 +17,14 @@ import pyarrow.compute as pc
 
 from pipelines.bronze.schema import (
     CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
-from pipelines.lake import TableLocation, data_files, read_data_file
+from pipelines.lake import TableLocation, data_files, read_data_file, statistic
 from pipelines.positions import Position
 
 COLUMNS = ["commit_lsn", "change_index", "commit_ts", "op", "schema_name", "table_name",
            "columns", "type_names", "type_mods", "key_columns", "unchanged_toast",
            "old_values", "message_prefix", "message_content"]
+CONTROL_COLUMNS = ["commit_lsn", "change_index", "commit_ts", "op", "message_prefix",
+                   "message_content"]
 SHAPE = ("columns", "type_names", "type_mods", "key_columns")
 _MESSAGES = "\x00"  # the name of the group with no table (messages) in a filter
 
@@ -73,6 +75,35 @@ def summarize(bronze: TableLocation, bounds: Mapping[str, Position], default: Po
     return list(found.values())
 
 
+def watermarks_upto(bronze: TableLocation, upto: Position) -> list[Control]:
+    """Every backfill watermark at or before `upto`, in position order: a run needs a
+    chunk's low watermark that an earlier run read. Only the files whose statistics say
+    they may hold a watermark message are read (a file of changes alone has no
+    message_prefix), so this reads a few files however long bronze is."""
+    actions = pa.table(bronze.open().get_add_actions(flatten=True))
+    root = bronze.uri.rstrip("/")
+    found: list[Control] = []
+    for path, oldest, nulls, rows, low, high in zip(
+            actions.column("path").to_pylist(), statistic(actions, "min.commit_lsn"),
+            statistic(actions, "null_count.message_prefix"),
+            statistic(actions, "num_records"),
+            statistic(actions, "min.message_prefix"), statistic(actions, "max.message_prefix")):
+        if (oldest is not None and oldest > upto[0]) or (nulls is not None and nulls == rows) \
+                or (low is not None and low > WATERMARK_PREFIX) \
+                or (high is not None and high < WATERMARK_PREFIX):
+            continue
+        rows = read_data_file(bronze, f"{root}/{path}", CHANGES_SCHEMA, CONTROL_COLUMNS)
+        found += _controls(rows.filter(_at_or_before(rows, upto)), watermarks_only=True)
+    return sorted(found, key=lambda c: c.position)
+
+
+def _at_or_before(rows: pa.Table, upto: Position) -> pa.ChunkedArray:
+    """The mask of the rows at or before `upto`."""
+    lsn, ci = rows["commit_lsn"], rows["change_index"]
+    return pc.or_(pc.less(lsn, upto[0]),
+                  pc.and_(pc.equal(lsn, upto[0]), pc.less_equal(ci, upto[1])))
+
+
 def _files(bronze: TableLocation, after: Position, until: Position | None
            ) -> Iterator[tuple[str, pa.Table]]:
     """The data files that may hold a position past `after`, up to `until` (URI and
@@ -101,8 +132,7 @@ def _new(rows: pa.Table, bounds: Mapping[str, Position], default: Position,
     if excluded:
         keep = pc.and_(keep, pc.invert(pc.is_in(names, pa.array(list(excluded)))))
     if until is not None:
-        keep = pc.and_(keep, pc.or_(pc.less(lsn, until[0]), pc.and_(
-            pc.equal(lsn, until[0]), pc.less_equal(ci, until[1]))))
+        keep = pc.and_(keep, _at_or_before(rows, until))
     return keep
 
 
@@ -153,12 +183,12 @@ def _newest(rows: pa.Table) -> dict:
     return rows.take(order[:1]).to_pylist()[0]
 
 
-def _controls(rows: pa.Table) -> list[Control]:
+def _controls(rows: pa.Table, watermarks_only: bool = False) -> list[Control]:
     """The truncates and backfill watermarks among the rows, in position order."""
     op = rows["op"]
-    control = pc.or_(pc.equal(op, OP_TRUNCATE), pc.and_(
-        pc.equal(op, OP_MESSAGE),
-        pc.fill_null(pc.equal(rows["message_prefix"], WATERMARK_PREFIX), False)))
+    watermark = pc.and_(pc.equal(op, OP_MESSAGE),
+                        pc.fill_null(pc.equal(rows["message_prefix"], WATERMARK_PREFIX), False))
+    control = watermark if watermarks_only else pc.or_(pc.equal(op, OP_TRUNCATE), watermark)
     found = rows.filter(control)
     micros = found["commit_ts"].cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
     return sorted((Control(r["op"], (r["commit_lsn"], r["change_index"]), m,

@@ -31,7 +31,7 @@ from pipelines.silver.progress import (
     START, Progress, TableProgress, read_progress, write_progress)
 from pipelines.silver.run_metrics import record_silver_run
 from pipelines.silver.scan import (
-    BronzeScan, TableScan, lower_bounds, scan_bronze, watermarks_before)
+    BronzeScan, TableScan, lower_bounds, scan_bronze)
 from pipelines.silver.tables import SilverContext
 from pipelines.spark_jobs import map_in_threads
 
@@ -156,7 +156,6 @@ def _scan_slice(run: SilverContext, config: Config, progress: Progress,
             or not run.exists(run.names.silver(*split_table(table.name))))
 
     scan = scan_bronze(run.lake.bronze_changes, lambda: run.changes, bounds, default, scope,
-                       lambda: watermarks_before(run.changes, min([default, *bounds.values()])),
                        max_rows=config.silver.max_batch_rows,
                        excluded=stopped,  # not counted, nor scanned, again in this run
                        generation_starts=run.generation_starts,

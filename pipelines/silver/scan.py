@@ -18,12 +18,12 @@ from typing import Callable, Collection, Iterable, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.bronze.schema import OP_MESSAGE, OP_TRUNCATE, WATERMARK_PREFIX
+from pipelines.bronze.schema import OP_TRUNCATE
 from pipelines.errors import DataError
 from pipelines.lake import TableLocation
 from pipelines.position_columns import is_after, is_before_position
 from pipelines.positions import Position
-from pipelines.silver.bronze_summary import TableSummary, summarize
+from pipelines.silver.bronze_summary import TableSummary, summarize, watermarks_upto
 from pipelines.silver.events import shape_from_row
 from pipelines.silver.progress import Progress
 from pipelines.silver.resync import resync_floor
@@ -137,14 +137,15 @@ def new_rows(changes: DataFrame, bounds: dict[str, Position], default: Position,
 def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
                 bounds: dict[str, Position],
                 default: Position, scope: Iterable[str] | None,
-                older_watermarks: Callable[[], Iterable[LandedWatermark]],
                 max_rows: int | None = None, until: Position | None = None,
                 excluded: Collection[str] = (),
                 generation_starts: Sequence[int] = (),
-                streams_chunks: Callable[[TableScan], bool] = lambda table: False
+                streams_chunks: Callable[[TableScan], bool] = lambda table: False,
+                older_watermarks: Callable[[], list[LandedWatermark]] | None = None
                 ) -> BronzeScan:
-    """Summarize the new rows per table, up to `until` (no Spark job; one action when a
-    chunk's low watermark is older than the new rows); `excluded` tables are left out.
+    """Summarize the new rows per table, up to `until` (no Spark job; a chunk's low
+    watermark older than the new rows is read from the bronze files holding watermarks,
+    once per scan: `older_watermarks`); `excluded` tables are left out.
     `bronze` is bronze/changes, which `changes()` reads with the engine (asked only by
     a step that needs it: on a classic driver the Delta table costs a Spark job).
 
@@ -156,7 +157,8 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
     action); `generation_starts`: the lake LSNs where slot generations start
     (pipelines.bronze.generations).
     """
-    older_watermarks = cache(older_watermarks)
+    older_watermarks = older_watermarks or cache(
+        lambda: watermarks_before(bronze, min([default, *bounds.values()])))
     summary = summarize(bronze, bounds, default, scope, until, excluded)
     if not summary:
         return BronzeScan(None, None, {})
@@ -173,9 +175,9 @@ def scan_bronze(bronze: TableLocation, changes: Callable[[], DataFrame],
         rows = new_rows(changes(), bounds, default, scope, until, excluded)
         end = first_slice_end(rows, min(s.first for s in summary), upto[0], chunks, max_rows)
         if end is not None:
-            return replace(scan_bronze(bronze, changes, bounds, default, scope,
-                                       older_watermarks, until=end, excluded=excluded,
-                                       generation_starts=generation_starts), sliced=True)
+            return replace(scan_bronze(bronze, changes, bounds, default, scope, until=end,
+                                       excluded=excluded, generation_starts=generation_starts,
+                                       older_watermarks=older_watermarks), sliced=True)
     _add_resync_floors(tables, marks, changes, bounds, default, scope, older_watermarks,
                        excluded, generation_starts)
     return BronzeScan(upto, max(newest) if newest else None, tables)
@@ -271,17 +273,11 @@ def _add_resync_floors(tables: dict[str, TableScan], marks: list[LandedWatermark
         scan.closings.append(Closing(end.position, micros, floor))
 
 
-def watermarks_before(changes: DataFrame, before: Position) -> list[LandedWatermark]:
-    """All watermark messages at or before `before` (a chunk's low may be that old)."""
-    rows = changes.filter(
-        (F.col("op") == OP_MESSAGE) & (F.col("message_prefix") == WATERMARK_PREFIX)
-        & is_before_position(F.col("commit_lsn"), F.col("change_index"), before,
-                             inclusive=True))
-    return [parse_watermark(bytes(r.message_content), (r.commit_lsn, r.change_index),
-                            utc_from_micros(r.commit_micros))
-            for r in rows.select("commit_lsn", "change_index",
-                                 F.unix_micros("commit_ts").alias("commit_micros"),
-                                 "message_content").collect()]
+def watermarks_before(bronze: TableLocation, before: Position) -> list[LandedWatermark]:
+    """All watermark messages at or before `before` (a chunk's low may be that old), read
+    on the driver from the few bronze files that hold one (no Spark job)."""
+    return [parse_watermark(bytes(c.content), c.position, utc_from_micros(c.commit_micros))
+            for c in watermarks_upto(bronze, before)]
 
 
 def utc_from_micros(micros: int | None) -> datetime | None:

@@ -19,8 +19,7 @@ def scan(tmp_path):
         lake = BronzeLake(tmp_path / "lake")
         for i in range(commits):  # the rows spread over files: their summaries add up
             lake.append_changes(rows[i::commits])
-        return scan_bronze(lake.layout.bronze_changes, None, bounds or {}, after, None,
-                           lambda: [])
+        return scan_bronze(lake.layout.bronze_changes, None, bounds or {}, after, None)
     return summarized
 
 
@@ -102,3 +101,18 @@ def test_a_file_that_ends_at_the_bound_is_not_read(scan, read, after, inserts, r
             ITEMS.insert(20, 1, id=3, name="z"), ITEMS.insert(30, 0, id=4, name="w")]
     result = scan(rows, after=after, commits=2)
     assert result.tables["public.items"].inserts == inserts and len(read) == reads
+
+
+def test_an_older_low_watermark_is_read_from_the_files_that_hold_watermarks(tmp_path, read):
+    lake = BronzeLake(tmp_path / "lake")
+    files = [[ITEMS.insert(10, 0, id=1, name="a"), ITEMS.watermark(11, 0, "b1", 1, "low")],
+             [ITEMS.insert(12, 0, id=2, name="b")],  # no message: never read
+             [ITEMS.watermark(14, 0, "b1", 1, "high", {"xmin": 9, "xmax": 9, "xip": []},
+                              rows=0), ITEMS.insert(15, 0, id=3, name="c")]]
+    for rows in files:
+        lake.append_changes(rows)
+    result = scan_bronze(lake.layout.bronze_changes, None, {}, (13, 0), None)
+    assert [(w.low, w.high) for w in result.tables["public.items"].windows] == \
+        [((11, 0), (14, 0))]
+    # the new rows' file, then the one older file with a watermark
+    assert len(read) == 2 and read[0] != read[1]

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.spark
 BATCH_JOBS = 8  # one table's batch of updates and a delete into an existing table
 UPDATE_JOBS = 7  # then one of updates only: its tombstones are left alone
 CHUNK_JOBS = 11  # a new table's first batch: two backfill chunks and a change in a window
+LATER_CHUNK_JOBS = 11  # a batch completing a chunk whose low watermark an earlier one read
 HISTORY_JOBS = 9  # a new table's first batch of inserts, with its history table
 HISTORY_UPDATE_JOBS = 18  # then a small batch of updates: one MERGE into each table
 TWIN = Table("public.twins")  # ITEMS' shape under another name
@@ -89,6 +90,23 @@ def test_a_first_batch_of_backfill_chunks_starts_a_fixed_number_of_jobs(classic,
     assert first.jobs == CHUNK_JOBS
     assert items(spark, config) == [(100, "a", "P100"), (101, "b", "P101"),
                                     (102, "changed", "C102")]
+
+
+def test_a_chunk_begun_in_an_earlier_batch_starts_no_job_to_find_its_low_watermark(
+        classic, spark, lake, config):
+    """The low watermark is older than the batch's bronze: it is read from the bronze files
+    that hold watermarks (delta-rs statistics, pyarrow), not with a Spark job."""
+    lake.append_changes([ITEMS.insert(10, 0, id=1, name="n", doc="d"),
+                         ITEMS.watermark(18, 0, "b1", 1, "low")])
+    run_silver(config, spark)
+    lake.append_changes([ITEMS.watermark(20, 0, "b1", 1, "high", SNAP, rows=2)])
+    lake.append_snapshots([ITEMS.chunk_row("b1", 1, 0, id=100, name="a", doc="P100"),
+                           ITEMS.chunk_row("b1", 1, 1, id=101, name="b", doc="P101")])
+    with counted_jobs(spark) as later:
+        report = run_silver(config, spark)
+    assert [t.table for t in report.tables] == ["public.items"]
+    assert later.jobs == LATER_CHUNK_JOBS
+    assert items(spark, config) == [(1, "n", "d"), (100, "a", "P100"), (101, "b", "P101")]
 
 
 def test_a_first_batch_with_history_starts_a_fixed_number_of_jobs(classic, spark, lake):
