@@ -83,12 +83,12 @@ def watermarks_upto(bronze: TableLocation, upto: Position) -> list[Control]:
     actions = pa.table(bronze.open().get_add_actions(flatten=True))
     root = bronze.uri.rstrip("/")
     found: list[Control] = []
-    for path, oldest, nulls, rows, low, high in zip(
+    for path, oldest, nulls, records, low, high in zip(
             actions.column("path").to_pylist(), statistic(actions, "min.commit_lsn"),
             statistic(actions, "null_count.message_prefix"),
             statistic(actions, "num_records"),
             statistic(actions, "min.message_prefix"), statistic(actions, "max.message_prefix")):
-        if (oldest is not None and oldest > upto[0]) or (nulls is not None and nulls == rows) \
+        if (oldest is not None and oldest > upto[0]) or (nulls is not None and nulls == records) \
                 or (low is not None and low > WATERMARK_PREFIX) \
                 or (high is not None and high < WATERMARK_PREFIX):
             continue
