@@ -341,7 +341,8 @@ def statistics_bound(actions: "pa.Table", column: str, pick: "Callable") -> int 
 
 
 def data_files(where: Where, column: str, low: int | None = None,
-               high: int | None = None, *, past: tuple[str, int] | None = None) -> list[str]:
+               high: int | None = None, *, past: tuple[str, int] | None = None,
+               holding: tuple[str, str] | None = None) -> list[str]:
     """The URIs of the data files, in log order, whose statistics say they may hold a
     value of the integer `column` in [low, high] (a file without statistics may hold any):
     for an append-only table without partitions or deletion vectors (bronze), whose files
@@ -350,7 +351,11 @@ def data_files(where: Where, column: str, low: int | None = None,
     past: (column2, value) when only rows past (low, value) in (column, column2) order
     are wanted: a file whose `column` goes no higher than `low` and whose column2 no
     higher than `value` holds none (bronze's last file before a run's bound, which can be
-    a large one: a backfill chunk, or an ingest's catch-up batch)."""
+    a large one: a backfill chunk, or an ingest's catch-up batch).
+
+    holding: (column2, value) when only rows with that value of column2 are wanted: a
+    file whose column2 is all nulls, or whose statistics put the value outside, holds
+    none (bronze's watermark messages, in a few of its files)."""
     import pyarrow as pa
 
     where = location(where)
@@ -358,11 +363,23 @@ def data_files(where: Where, column: str, low: int | None = None,
     paths = actions.column("path").to_pylist()
     smallest, largest = statistic(actions, f"min.{column}"), statistic(actions, f"max.{column}")
     ties = statistic(actions, f"max.{past[0]}") if past else [None] * len(paths)
+    held = _may_hold(actions, *holding) if holding else [True] * len(paths)
     root = where.uri.rstrip("/")
-    return [f"{root}/{path}" for path, lo, hi, tie in zip(paths, smallest, largest, ties)
-            if not (low is not None and hi is not None and hi < low)
+    return [f"{root}/{path}" for path, lo, hi, tie, may in zip(paths, smallest, largest, ties,
+                                                               held)
+            if may and not (low is not None and hi is not None and hi < low)
             and not (high is not None and lo is not None and lo > high)
             and not (past and hi == low and tie is not None and tie <= past[1])]
+
+
+def _may_hold(actions: "pa.Table", column: str, value: str) -> list[bool]:
+    """Per file, whether its statistics leave room for `value` in `column`."""
+    return [not (nulls is not None and nulls == records)
+            and not (least is not None and least > value)
+            and not (greatest is not None and greatest < value)
+            for nulls, records, least, greatest in zip(
+                statistic(actions, f"null_count.{column}"), statistic(actions, "num_records"),
+                statistic(actions, f"min.{column}"), statistic(actions, f"max.{column}"))]
 
 
 def statistic(actions: "pa.Table", name: str) -> list[int | None]:

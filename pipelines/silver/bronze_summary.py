@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from pipelines.bronze.schema import (
     CHANGES_SCHEMA, OP_DELETE, OP_INSERT, OP_MESSAGE, OP_TRUNCATE, OP_UPDATE, WATERMARK_PREFIX)
-from pipelines.lake import TableLocation, data_files, read_data_file, statistic
+from pipelines.lake import TableLocation, data_files, read_data_file
 from pipelines.positions import Position
 
 COLUMNS = ["commit_lsn", "change_index", "commit_ts", "op", "schema_name", "table_name",
@@ -80,20 +80,12 @@ def watermarks_upto(bronze: TableLocation, upto: Position) -> list[Control]:
     chunk's low watermark that an earlier run read. Only the files whose statistics say
     they may hold a watermark message are read (a file of changes alone has no
     message_prefix), so this reads a few files however long bronze is."""
-    actions = pa.table(bronze.open().get_add_actions(flatten=True))
-    root = bronze.uri.rstrip("/")
     found: list[Control] = []
-    for path, oldest, nulls, records, low, high in zip(
-            actions.column("path").to_pylist(), statistic(actions, "min.commit_lsn"),
-            statistic(actions, "null_count.message_prefix"),
-            statistic(actions, "num_records"),
-            statistic(actions, "min.message_prefix"), statistic(actions, "max.message_prefix")):
-        if (oldest is not None and oldest > upto[0]) or (nulls is not None and nulls == records) \
-                or (low is not None and low > WATERMARK_PREFIX) \
-                or (high is not None and high < WATERMARK_PREFIX):
-            continue
-        rows = read_data_file(bronze, f"{root}/{path}", CHANGES_SCHEMA, CONTROL_COLUMNS)
-        found += _controls(rows.filter(_at_or_before(rows, upto)), watermarks_only=True)
+    for uri in data_files(bronze, "commit_lsn", None, upto[0],
+                          holding=("message_prefix", WATERMARK_PREFIX)):
+        rows = read_data_file(bronze, uri, CHANGES_SCHEMA, CONTROL_COLUMNS)
+        found += [c for c in _controls(rows.filter(_at_or_before(rows, upto)))
+                  if c.op == OP_MESSAGE]
     return sorted(found, key=lambda c: c.position)
 
 
@@ -183,12 +175,12 @@ def _newest(rows: pa.Table) -> dict:
     return rows.take(order[:1]).to_pylist()[0]
 
 
-def _controls(rows: pa.Table, watermarks_only: bool = False) -> list[Control]:
+def _controls(rows: pa.Table) -> list[Control]:
     """The truncates and backfill watermarks among the rows, in position order."""
     op = rows["op"]
-    watermark = pc.and_(pc.equal(op, OP_MESSAGE),
-                        pc.fill_null(pc.equal(rows["message_prefix"], WATERMARK_PREFIX), False))
-    control = watermark if watermarks_only else pc.or_(pc.equal(op, OP_TRUNCATE), watermark)
+    control = pc.or_(pc.equal(op, OP_TRUNCATE), pc.and_(
+        pc.equal(op, OP_MESSAGE),
+        pc.fill_null(pc.equal(rows["message_prefix"], WATERMARK_PREFIX), False)))
     found = rows.filter(control)
     micros = found["commit_ts"].cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_pylist()
     return sorted((Control(r["op"], (r["commit_lsn"], r["change_index"]), m,
