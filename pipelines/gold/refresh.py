@@ -373,12 +373,14 @@ def _group_type(gold: DataFrame, grouping: Grouping, report: "Report") -> str:
 
 
 def in_groups(column: str, values: list) -> str:
-    """SQL: `column` (SQL text) is one of `values`, NULL included when it is one of them."""
+    """SQL: `column` (SQL text) is one of `values`, NULL included when it is one of them.
+    It is never NULL itself: Sail's replaceWhere replaces the rows its condition leaves
+    NULL (a NULL group's, when the refresh did not touch it), Delta's keeps them."""
     literals = [spark_literal(v) for v in values if v is not None]
-    terms = [f"{column} IN ({', '.join(literals)})"] if literals else []
+    listed = f"{column} IN ({', '.join(literals)})" if literals else "FALSE"
     if None in values:
-        terms.append(f"{column} IS NULL")
-    return "(" + (" OR ".join(terms) or "FALSE") + ")"
+        return f"({listed} OR {column} IS NULL)"
+    return f"({column} IS NOT NULL AND {listed})"
 
 
 def _group_sql(gold: DataFrame, report: "Report") -> str:

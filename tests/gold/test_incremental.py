@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from pipelines.catalog import TableNames
 from pipelines.gold.build import build_report, report_columns
 from pipelines.gold.conform import conform_to_schema
+from pipelines.gold.definitions import load_reports
 from pipelines.gold.io import TableGoldIO, register_inputs
 from pipelines.gold.run import run_gold
 from pipelines.gold.state import FULL, INCREMENTAL, read_refreshes, record_refresh
@@ -322,3 +323,79 @@ def test_each_way_of_refreshing_records_its_time(spark, demo_reports, tmp_path):
     forced = read_refreshes(lake)[CHOSEN]
     assert forced.whole_seconds != first.whole_seconds
     assert forced.groups_seconds == by_groups.groups_seconds
+
+
+PER_USER = """-- columns: user_id bigint, entries bigint
+-- incremental by: user_id
+SELECT user_id, COUNT(*) AS entries FROM lakehouse_silver.time_entries
+GROUP BY {grouping}
+"""
+# A ROLLUP adds a row of every group together, with NULL for the group: not a row of any
+# one group, which a refresh by groups cannot replace.
+ROLLUP = "ROLLUP(user_id)"
+
+
+def per_user(spark, tmp_path, users: tuple, grouping: str = "user_id"):
+    """Silver with an entry of each of `users` on DAYS[0], and the report of entries per
+    user (grouped by `grouping`) built whole from it: the model, the lake and the report."""
+    lake = Lake.of(tmp_path / "lake")
+    write_static_silver(spark, lake)
+    model = SilverModel()
+    for user in users:
+        model.apply(("insert", DAYS[0], user, 100, 30))
+    model.write(spark, lake)
+    directory = tmp_path / "reports"
+    directory.mkdir()
+    (directory / "entries_per_user.sql").write_text(PER_USER.format(grouping=grouping))
+    reports = load_reports(directory, "lakehouse_silver", "lakehouse_gold")
+    first = run_gold(spark, TableGoldIO(spark, TableNames(lake)), reports).runs[0]
+    return model, lake, reports, first
+
+
+def test_a_null_group_the_refresh_did_not_touch_keeps_its_row(spark, tmp_path):
+    model, lake, reports, first = per_user(spark, tmp_path, (1, 2, None))
+    assert first.error is None
+    model.apply(MOVE)  # n001 moves from user 1 to user 2
+    model.write(spark, lake)
+    run = run_gold(spark, TableGoldIO(spark, TableNames(lake)), reports).runs[0]
+    assert (run.error, run.groups) == (None, 2)
+    assert gold(spark, lake, "entries_per_user") == sorted([(2, 2), (None, 1)], key=repr)
+
+    model.apply(("update", 2, DAYS[1], 1, 100, 30))  # the NULL user's entry goes to user 1
+    model.write(spark, lake)
+    record_refresh(lake, replace(read_refreshes(lake)["entries_per_user"], whole_seconds=2.0,
+                                 groups_seconds=1.0))  # by groups, whatever this run timed
+    run = run_gold(spark, TableGoldIO(spark, TableNames(lake)), reports).runs[0]
+    assert (run.error, run.groups) == (None, 2)
+    assert gold(spark, lake, "entries_per_user") == [(1, 1), (2, 2)]
+
+
+def test_a_group_no_silver_row_gives_fails_the_first_build_by_name(spark, tmp_path):
+    _, lake, reports, first = per_user(spark, tmp_path, (1, 2), ROLLUP)
+    assert first.error == (
+        f"gold report {reports.get('entries_per_user').path}: incremental by user_id: the "
+        "report has group None, which no row of silver time_entries gives as `user_id`; "
+        "the report was written whole, but cannot be refreshed by groups: remove the "
+        "header line or group by a column computed from each row")
+    assert gold(spark, lake, "entries_per_user") == sorted([(1, 1), (2, 1), (None, 2)],
+                                                           key=repr)
+
+
+def test_a_refresh_that_gives_a_row_of_another_group_writes_nothing(spark, tmp_path):
+    """With a NULL user_id in silver the whole build passes its check (the ROLLUP's total
+    has a group a row gives); a refresh of users 1 and 2 then gives the total of those
+    two, in group NULL, which it did not touch."""
+    model, lake, reports, first = per_user(spark, tmp_path, (1, 2, None), ROLLUP)
+    assert first.error is None and first.groups is None
+    built = gold(spark, lake, "entries_per_user")
+    assert built == sorted([(1, 1), (2, 1), (None, 1), (None, 3)], key=repr)
+
+    model.apply(MOVE)
+    model.write(spark, lake)
+    run = run_gold(spark, TableGoldIO(spark, TableNames(lake)), reports).runs[0]
+    assert run.error == (
+        f"gold report {reports.get('entries_per_user').path}: incremental by user_id: the "
+        "query gave a row of group None from rows of other groups; each group's rows must "
+        "come from the silver rows of that group (remove the header line, or group by a "
+        "column computed from each row)")
+    assert gold(spark, lake, "entries_per_user") == built  # nothing written
