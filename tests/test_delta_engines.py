@@ -75,3 +75,20 @@ def test_the_session_catalog_is_named_differently(spark, engine):
     Spark; the pipeline takes the catalog from the config (Unity Catalog on Databricks)
     and the tests from spark.catalog.currentCatalog()."""
     assert spark.catalog.currentCatalog() == {"sail": "sail", "spark": "spark_catalog"}[engine]
+
+
+def test_a_replace_where_condition_that_is_null_replaces_the_row_only_on_sail(
+        spark, engine, tmp_path):
+    """Difference: a selective overwrite replaces the rows its condition holds for. Where
+    the condition is NULL (a NULL group in `g IN (1)`) Sail replaces the row too, Delta
+    keeps it. So every such condition the pipeline writes is never NULL
+    (gold.refresh.in_groups)."""
+    path = str(tmp_path / "t")
+    spark.createDataFrame([(1, 10), (2, 20), (None, 30)], "g long, v long") \
+        .write.format("delta").save(path)
+    spark.createDataFrame([(1, 11)], "g long, v long").write.format("delta") \
+        .mode("overwrite").option("replaceWhere", "g IN (1)").save(path)
+    rows = sorted((tuple(r) for r in spark.read.format("delta").load(path).collect()),
+                  key=repr)
+    kept = {"sail": [(1, 11), (2, 20)], "spark": [(1, 11), (2, 20), (None, 30)]}[engine]
+    assert rows == sorted(kept, key=repr)
