@@ -11,8 +11,9 @@ rebuilt whole that fits is computed once, by its write.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
+from pyspark.sql import Column as PyColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -36,18 +37,28 @@ def _lost(name: str, type_: str):
     return F.col(name).isNotNull() & F.col(name).try_cast(type_).isNull()
 
 
-def cast_failure_counts(df: DataFrame, columns: Sequence[Column]) -> DataFrame:
-    """One row: `_rows`, then per column the non-null values its declared cast turns NULL."""
+def cast_failure_counts(df: DataFrame, columns: Sequence[Column],
+                        also: Mapping[str, PyColumn] | None = None) -> DataFrame:
+    """One row: `_rows`, then per column the non-null values its declared cast turns
+    NULL, then the `also` aggregates, by name."""
     _check_names(df, columns)
     lost = [F.sum(F.when(_lost(name, type_), 1).otherwise(0)).alias(name)
             for name, type_ in columns]
-    return df.agg(F.count(F.lit(1)).alias(ROWS), *lost)
+    extra = [aggregate.alias(name) for name, aggregate in (also or {}).items()]
+    return df.agg(F.count(F.lit(1)).alias(ROWS), *lost, *extra)
 
 
 def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -> int:
     """Rows of `df` (one Spark action); DataError if a declared cast would produce NULLs."""
-    counts = cast_failure_counts(df, columns).collect()[0].asDict()
-    rows = counts.pop(ROWS)
+    return validated_aggregates(df, columns, report)[ROWS]
+
+
+def validated_aggregates(df: DataFrame, columns: Sequence[Column], report: str,
+                         also: Mapping[str, PyColumn] | None = None) -> dict[str, Any]:
+    """`_rows` and the `also` aggregates of `df`, by name, in the same Spark action as
+    the check of its values: DataError if a declared cast would produce NULLs."""
+    counts = cast_failure_counts(df, columns, also).collect()[0].asDict()
+    found = {name: counts.pop(name) for name in [ROWS, *(also or {})]}
     bad = {name: n for name, n in counts.items() if n}
     if bad:
         types = dict(columns)
@@ -56,7 +67,7 @@ def validated_row_count(df: DataFrame, columns: Sequence[Column], report: str) -
             f"gold report {report}: values do not fit the declared schema ({detail}); "
             "nothing was written. Widen the column's type in the report's `-- columns:` "
             "header or fix its SQL")
-    return rows
+    return found
 
 
 def inferred_columns(df: DataFrame) -> tuple[Column, ...]:

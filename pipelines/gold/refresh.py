@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from pipelines.catalog import TableRef, delta_path, read_table, staged
 from pipelines.errors import ConfigError
 from pipelines.gold.build import ReportRun, build_report, materialize_report, report_columns
-from pipelines.gold.conform import conform_to_schema, validated_row_count
+from pipelines.gold.conform import ROWS, conform_to_schema, validated_aggregates
 from pipelines.gold.grouping import GROUP_TYPES, Grouping
 from pipelines.gold.silver_facts import newest_position, row_count
 from pipelines.gold.state import (FULL, INCREMENTAL, Refresh, group_index, group_staging,
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP = "_group"  # the index column of a key's group
+_STRAY = "_stray"  # the first row a refresh made outside the groups it touched
 MAX_GROUPS = 10_000  # more touched groups than this: a full recompute is as cheap
 
 
@@ -347,18 +348,22 @@ def _replace_groups(spark: SparkSession, report: "Report", views: dict[tuple[str
     column = report.incremental.column
     df = build_report(spark, report, views)
     columns = report_columns(spark, report, df, io, False)
-    rows = validated_row_count(df, columns, str(report.path))
-    result = conform_to_schema(df, columns)
-    groups = in_groups(quote(column), touched)
-    stray = result.filter(f"NOT {groups}").limit(1).collect()
-    if stray:
+    # the check that every row is of a touched group rides in the values' check: one
+    # action over the report's rows, then the write
+    declared = next(type_ for name, type_ in columns if name.lower() == column.lower())
+    outside = F.expr(f"NOT {in_groups(f'try_cast({quote(column)} AS {declared})', touched)}")
+    stray = F.first(F.when(outside, F.struct(F.col(column).try_cast(declared).alias("group"))),
+                    ignorenulls=True)
+    checked = validated_aggregates(df, columns, str(report.path), {_STRAY: stray})
+    if checked[_STRAY] is not None:
         raise ConfigError(
             f"gold report {report.path}: incremental by {column}: the query gave a row of "
-            f"group {stray[0][column]!r} from rows of other groups; each group's rows must "
-            "come from the silver rows of that group (remove the header line, or group by "
-            "a column computed from each row)")
-    io.replace_groups(result, report.name, groups)
-    return rows
+            f"group {checked[_STRAY]['group']!r} from rows of other groups; each group's "
+            "rows must come from the silver rows of that group (remove the header line, "
+            "or group by a column computed from each row)")
+    io.replace_groups(conform_to_schema(df, columns), report.name,
+                      in_groups(quote(column), touched))
+    return checked[ROWS]
 
 
 def _group_type(gold: DataFrame, grouping: Grouping, report: "Report") -> str:
